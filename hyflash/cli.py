@@ -1,0 +1,132 @@
+"""`hyflash`: the one console script. Arguments become typed configs here and nowhere else.
+
+Every bad input ends in one line on stderr naming the problem and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 2."""
+
+
+def _positive(kind=int):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+    return parse
+
+
+# ---------------------------------------------------------------- inspect
+
+def cmd_inspect(args) -> int:
+    from .inspect import inspect_target, format_report
+
+    report = inspect_target(args.target, args.max_context)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0 if report["supported"] else EXIT_USAGE
+
+
+# ---------------------------------------------------------------- reference training
+
+def cmd_corpus(args) -> int:
+    from .train.data import write_corpus
+
+    record = write_corpus(args.out)
+    print(f"wrote {args.out}: {record['files']['train']} train files ({record['bytes']['train']:,} bytes), "
+          f"{record['files']['heldout']} held-out ({record['bytes']['heldout']:,} bytes), Python {record['python']}")
+    return 0
+
+
+def cmd_train_tokenizer(args) -> int:
+    from .train.data import train_tokenizer
+
+    train_tokenizer(args.corpus / "train.txt", args.vocab_size, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _train_config(args):
+    from .train.loop import TrainConfig
+
+    return TrainConfig(out=args.out, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
+                       checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads)
+
+
+def cmd_train_target(args) -> int:
+    from .train.target import train_target
+
+    dest = train_target(args.corpus, args.tokenizer, args.out, _train_config(args), args.seq_len,
+                        args.layers, args.hidden)
+    print(f"wrote {dest}")
+    return 0
+
+
+def _add_train_flags(p, steps: int, batch: int, lr: float) -> None:
+    p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, log, final model")
+    p.add_argument("--steps", type=_positive(), default=steps)
+    p.add_argument("--batch", type=_positive(), default=batch, help="global batch (sequences)")
+    p.add_argument("--lr", type=_positive(float), default=lr)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--checkpoint-every", type=_positive(), default=25)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_positive(), default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hyflash", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("inspect", help="what a checkpoint is and whether it can be exported")
+    p.add_argument("--target", required=True, help="Hugging Face checkpoint folder")
+    p.add_argument("--max-context", type=_positive(), default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("corpus", help="write the stdlib corpus and its train/held-out split")
+    p.add_argument("--out", type=Path, default=Path("data/corpus"))
+    p.set_defaults(func=cmd_corpus)
+
+    p = sub.add_parser("train-tokenizer", help="byte-level BPE on the corpus' train split")
+    p.add_argument("--corpus", type=Path, default=Path("data/corpus"))
+    p.add_argument("--vocab-size", type=_positive(), default=4096)
+    p.add_argument("--out", type=Path, default=Path("data/corpus/tokenizer.json"))
+    p.set_defaults(func=cmd_train_tokenizer)
+
+    p = sub.add_parser("train-target", help="train the reference target (Qwen3 architecture)")
+    p.add_argument("--corpus", type=Path, default=Path("data/corpus"))
+    p.add_argument("--tokenizer", type=Path, default=Path("data/corpus/tokenizer.json"))
+    p.add_argument("--seq-len", type=_positive(), default=2048)
+    p.add_argument("--layers", type=_positive(), default=12)
+    p.add_argument("--hidden", type=_positive(), default=256)
+    _add_train_flags(p, steps=900, batch=4, lr=2e-3)
+    p.set_defaults(func=cmd_train_target)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (CliError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as e:
+        print(f"hyflash {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"hyflash {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""The target decoder: the Llama family (Llama, Mistral, Qwen2, Qwen3, Phi-3/Phi-4) in one module.
+
+Two entry points over the same weights:
+
+- `step(tokens[n], positions[n], n_valid, k_cache, v_cache)`: the export form. Functional over
+  an explicit static cache `[L, kv_heads, T_max, head_dim]` that the caller owns and writes;
+  returns the new rows' K/V instead of writing them. Cache row j holds position j; rows at or
+  past `positions[0]` are stale (rejected drafts, old padding) and masked, so nothing is ever
+  rolled back.
+- `forward(tokens[B, T])`: plain causal forward for training and reference runs.
+
+Both return `features`: the residual stream after each tap layer, concatenated (DESIGN §2).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import TargetConfig, rope_inv_freq
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+class Rotary(nn.Module):
+    """cos/sin from absolute positions, computed in the graph (no position table to size)."""
+
+    def __init__(self, inv_freq: list[float], scale: float = 1.0):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.tensor(inv_freq, dtype=torch.float32), persistent=False)
+        self.scale = scale
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]  # (n, rot/2)
+        emb = torch.cat([freqs, freqs], dim=-1)  # (n, rot)
+        return emb.cos() * self.scale, emb.sin() * self.scale
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (..., n, head_dim); cos/sin: (n, rot). Dims past `rot` pass through (partial rotary)."""
+    rot = cos.shape[-1]
+    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    half = rot // 2
+    rotated = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
+    out = x_rot * cos + rotated * sin
+    return torch.cat([out, x_pass], dim=-1) if x_pass.shape[-1] else out
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: TargetConfig):
+        super().__init__()
+        self.cfg = cfg
+        h, hd = cfg.hidden_size, cfg.head_dim
+        self.q_size, self.kv_size = cfg.num_heads * hd, cfg.num_kv_heads * hd
+        self.attn_norm = RMSNorm(h, cfg.rms_norm_eps)
+        self.qkv = nn.Linear(h, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+        self.o = nn.Linear(self.q_size, h, bias=cfg.o_bias)
+        self.mlp_norm = RMSNorm(h, cfg.rms_norm_eps)
+        self.gate_up = nn.Linear(h, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down = nn.Linear(cfg.intermediate_size, h, bias=cfg.mlp_bias)
+
+    def project(self, x, cos, sin):
+        """x: (B, n, H) -> q (B, heads, n, hd), k and v (B, kv_heads, n, hd), RoPE applied."""
+        b, n, _ = x.shape
+        hd = self.cfg.head_dim
+        q, k, v = self.qkv(self.attn_norm(x)).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(b, n, -1, hd).transpose(1, 2)
+        k = k.view(b, n, -1, hd).transpose(1, 2)
+        v = v.view(b, n, -1, hd).transpose(1, 2)
+        if self.cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def finish(self, x, attn):
+        """attn: (B, heads, n, hd) -> the layer's output (B, n, H)."""
+        b, _, n, _ = attn.shape
+        x = x + self.o(attn.transpose(1, 2).reshape(b, n, self.q_size))
+        gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+def cached_attention(q, k_cache, v_cache, k_new, v_new, cache_mask, new_mask):
+    """Attention over a static cache plus the block's own rows, without copying the cache.
+
+    q: (heads, n, hd); k_cache/v_cache: (kvh, T, hd); k_new/v_new: (kvh, n, hd);
+    cache_mask: (n, T) and new_mask: (n, n), True where a query may look.
+    Scores against the cache and the new rows are computed apart and only the scores are
+    concatenated: a `cat` of K/V would copy the whole cache in every layer.
+    """
+    heads, n, hd = q.shape
+    kvh = k_cache.shape[0]
+    g = heads // kvh
+    q = q.reshape(kvh, g * n, hd)  # (kvh, g*n, hd): the g query heads of a kv head, stacked
+    s_cache = q @ k_cache.transpose(1, 2)  # (kvh, g*n, T)
+    s_new = q @ k_new.transpose(1, 2)  # (kvh, g*n, n)
+    scores = torch.cat([s_cache, s_new], dim=-1) * hd ** -0.5
+    mask = torch.cat([cache_mask, new_mask], dim=-1).repeat(g, 1)  # (g*n, T+n)
+    scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
+    p = torch.softmax(scores, dim=-1)
+    t = k_cache.shape[1]
+    out = p[..., :t] @ v_cache + p[..., t:] @ v_new  # (kvh, g*n, hd)
+    return out.reshape(heads, n, hd)
+
+
+class Target(nn.Module):
+    def __init__(self, cfg: TargetConfig, taps: tuple[int, ...] | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.taps = tuple(taps if taps is not None else cfg.default_taps)
+        if not self.taps or any(not 0 <= t < cfg.num_layers for t in self.taps):
+            raise ValueError(f"taps must be layer indices in [0, {cfg.num_layers}), got {self.taps}")
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.rotary = Rotary(*rope_inv_freq(cfg))
+
+    @property
+    def feature_size(self) -> int:
+        return len(self.taps) * self.cfg.hidden_size
+
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens: (B, T) -> logits (B, T, V), features (B, T, K*H). Causal, no cache."""
+        cos, sin = self.rotary(torch.arange(tokens.shape[1], device=tokens.device))
+        x = self.embed(tokens)
+        feats = []
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.project(x, cos, sin)
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = layer.finish(x, attn)
+            if i in self.taps:
+                feats.append(x)
+        return self.lm_head(self.norm(x)), torch.cat(feats, dim=-1)
+
+    def step(self, tokens, positions, n_valid, k_cache, v_cache):
+        """The export form (target_prefill / target_verify / target_decode).
+
+        tokens, positions: (n,) int64, contiguous positions starting at positions[0];
+        n_valid: (1,) int64, rows >= n_valid are padding; k_cache, v_cache: (L, kvh, T_max, hd).
+        Returns logits (n, V), features (n, K*H), k_new and v_new (L, kvh, n, hd).
+        """
+        n = tokens.shape[0]
+        t_max = k_cache.shape[2]
+        cos, sin = self.rotary(positions)
+        rows = torch.arange(n, device=tokens.device)
+        cache_mask = (torch.arange(t_max, device=tokens.device) < positions[:1]).expand(n, t_max)
+        # a row sees earlier valid rows of the block, and itself (so padding rows stay finite)
+        causal = rows[None, :] <= rows[:, None]
+        new_mask = causal & ((rows[None, :] < n_valid) | (rows[None, :] == rows[:, None]))
+        x = self.embed(tokens)[None]  # (1, n, H): a leading batch dim keeps linears as MatMul
+        feats, k_out, v_out = [], [], []
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.project(x, cos, sin)  # (1, heads|kvh, n, hd)
+            attn = cached_attention(q[0], k_cache[i], v_cache[i], k[0], v[0], cache_mask, new_mask)
+            x = layer.finish(x, attn[None])
+            k_out.append(k[0])
+            v_out.append(v[0])
+            if i in self.taps:
+                feats.append(x[0])
+        logits = self.lm_head(self.norm(x))[0]
+        return logits, torch.cat(feats, dim=-1), torch.stack(k_out), torch.stack(v_out)
+
+    def empty_cache(self, max_context: int, dtype=torch.float32):
+        c = self.cfg
+        shape = (c.num_layers, c.num_kv_heads, max_context, c.head_dim)
+        return torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+
+
+def write_cache(cache: torch.Tensor, new: torch.Tensor, start: int, n_valid: int) -> None:
+    """Write the first n_valid new rows (L, kvh, n, hd) into cache rows start.. (in place).
+
+    The one place cache rows are written; the runtime mirrors it on numpy arrays.
+    """
+    cache[:, :, start:start + n_valid] = new[:, :, :n_valid]
+
+
+@torch.no_grad()
+def greedy(model: Target, prompt: list[int], max_new: int, max_context: int, chunk: int = 16) -> list[int]:
+    """Eager target-only greedy decoding through `step`: chunked prefill, then one row at a time.
+
+    The oracle the exported graphs and the speculative runtime are checked against.
+    """
+    k_cache, v_cache = model.empty_cache(max_context)
+    pos, logits = 0, None
+    for start in range(0, len(prompt), chunk):
+        ids = prompt[start:start + chunk]
+        n = len(ids)
+        tokens = torch.tensor(ids + [0] * (chunk - n))
+        positions = torch.arange(pos, pos + chunk)
+        logits, _, k_new, v_new = model.step(tokens, positions, torch.tensor([n]), k_cache, v_cache)
+        write_cache(k_cache, k_new, pos, n)
+        write_cache(v_cache, v_new, pos, n)
+        pos += n
+        logits = logits[n - 1]
+    out = []
+    while len(out) < max_new and pos < max_context:
+        token = int(logits.argmax())
+        out.append(token)
+        logits, _, k_new, v_new = model.step(torch.tensor([token]), torch.tensor([pos]), torch.tensor([1]),
+                                             k_cache, v_cache)
+        write_cache(k_cache, k_new, pos, 1)
+        write_cache(v_cache, v_new, pos, 1)
+        pos += 1
+        logits = logits[0]
+    return out

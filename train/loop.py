@@ -1,0 +1,143 @@
+"""One training loop for the target and the drafters: single process on CPU, or DDP under torchrun.
+
+Under `torchrun` each rank takes its slice of the same global batch (drawn from a generator
+seeded by (seed, step), so a resumed run sees the batches it would have seen), gradients are
+averaged by DDP, and the logged loss is the all-reduced global mean: the same numbers a single
+process computes on the whole global batch.
+
+Checkpoints (every `checkpoint_every` steps and at the end) are `model.safetensors` +
+`optimizer.pt` (loaded with weights_only=True) + `state.json`; `resume` picks up the latest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    out: Path
+    steps: int
+    batch: int  # global batch (sequences); split evenly across ranks
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * this
+    warmup: int = 50
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    checkpoint_every: int = 50
+    seed: int = 0
+    threads: int | None = None
+
+    def __post_init__(self):
+        for name in ("steps", "batch", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+    def lr_at(self, step: int) -> float:
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        t = (step - self.warmup) / max(1, self.steps - self.warmup)
+        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size); initialises the gloo/nccl group when launched by torchrun."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return (dist.get_rank(), size) if size > 1 else (0, 1)
+
+
+def trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: p for k, p in model.named_parameters() if p.requires_grad}
+
+
+def save_checkpoint(model, opt, step: int, cfg: TrainConfig, log: list[dict]) -> None:
+    ckpt = cfg.out / "checkpoint"
+    tmp = cfg.out / "checkpoint.tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    weights = {k: p.detach().contiguous().clone() for k, p in trainable(model).items()}
+    save_file(weights, tmp / "model.safetensors")
+    torch.save(opt.state_dict(), tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, "log": log}))
+    if ckpt.exists():
+        for f in ckpt.iterdir():
+            f.unlink()
+        ckpt.rmdir()
+    tmp.rename(ckpt)
+
+
+def load_checkpoint(model, opt, cfg: TrainConfig) -> tuple[int, list[dict]]:
+    ckpt = cfg.out / "checkpoint"
+    if not (ckpt / "state.json").is_file():
+        return 0, []
+    missing, unexpected = model.load_state_dict(load_file(ckpt / "model.safetensors"), strict=False)
+    if unexpected or set(missing) & set(trainable(model)):
+        raise ValueError(f"{ckpt}: checkpoint does not match the model (delete it to start over)")
+    opt.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+    state = json.loads((ckpt / "state.json").read_text())
+    return state["step"], state["log"]
+
+
+def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray], tuple[torch.Tensor, dict]],
+          batch_fn: Callable[[np.random.Generator, int], np.ndarray], cfg: TrainConfig,
+          desc: str = "train") -> list[dict]:
+    """Run (or resume) training. `batch_fn(rng, n)` draws n sequences; `loss_fn(model, batch)`
+    returns (mean loss, extra metrics). Returns the log: one dict per step."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    rank, size = world()
+    if cfg.batch % size:
+        raise ValueError(f"global batch {cfg.batch} is not divisible by the world size {size}")
+    torch.manual_seed(cfg.seed)
+    params = list(trainable(model).values())
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    start, log = load_checkpoint(model, opt, cfg)
+    wrapped = torch.nn.parallel.DistributedDataParallel(model) if size > 1 else model
+    if rank == 0:
+        cfg.out.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=desc, disable=rank != 0,
+               dynamic_ncols=True)
+    per_rank = cfg.batch // size
+    t0 = time.time() - (log[-1]["elapsed_s"] if log else 0.0)  # wall time adds up across resumes
+    for step in bar:
+        rng = np.random.default_rng([cfg.seed, step])
+        batch = batch_fn(rng, cfg.batch)[rank * per_rank:(rank + 1) * per_rank]
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr_at(step)
+        loss, extra = loss_fn(wrapped, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        stats = torch.tensor([loss.item(), *extra.values()], dtype=torch.float64)
+        if size > 1:
+            dist.all_reduce(stats)
+            stats /= size
+        entry = {"step": step + 1, "loss": stats[0].item(), "lr": cfg.lr_at(step),
+                 "grad_norm": float(grad_norm), "elapsed_s": round(time.time() - t0, 1),
+                 **{k: v.item() for k, v in zip(extra, stats[1:])}}
+        log.append(entry)
+        bar.set_postfix(loss=f"{entry['loss']:.3f}")
+        if rank == 0 and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+            save_checkpoint(model, opt, step + 1, cfg, log)
+            with open(cfg.out / "log.jsonl", "w") as f:
+                f.writelines(json.dumps(e) + "\n" for e in log)
+    return log
