@@ -249,6 +249,13 @@ def rope_inv_freq(cfg: TargetConfig) -> tuple[list[float], float]:
 def _rope_inv_freq(cfg: TargetConfig) -> tuple[list[float], float]:
     import torch
 
+    with torch.device("cpu"):
+        return _inv_freq_cpu(cfg)
+
+
+def _inv_freq_cpu(cfg: TargetConfig) -> tuple[list[float], float]:
+    import torch
+
     dim = cfg.rotary_dim
     exponent = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
     inv = 1.0 / (cfg.rope_theta ** exponent)

@@ -92,27 +92,27 @@ class Layer(nn.Module):
         return x + self.down(F.silu(gate) * up)
 
 
-def cached_attention(q, k_cache, v_cache, k_new, v_new, cache_mask, new_mask):
-    """Attention over a static cache plus the block's own rows, without copying the cache.
+def attention(q, k_ctx, v_ctx, k_new, v_new, ctx_mask, new_mask):
+    """Attention over a context (cache or window) plus the block's own rows, without copying either.
 
-    q: (heads, n, hd); k_cache/v_cache: (kvh, T, hd); k_new/v_new: (kvh, n, hd);
-    cache_mask: (n, T) and new_mask: (n, n), True where a query may look.
-    Scores against the cache and the new rows are computed apart and only the scores are
+    q: (B, heads, n, hd); k_ctx/v_ctx: (B|1, kvh, T, hd); k_new/v_new: (B, kvh, n, hd);
+    ctx_mask: (B|1, n, T) and new_mask: (B|1, n, n), True where a query may look.
+    Scores against the context and the new rows are computed apart and only the scores are
     concatenated: a `cat` of K/V would copy the whole cache in every layer.
     """
-    heads, n, hd = q.shape
-    kvh = k_cache.shape[0]
+    b, heads, n, hd = q.shape
+    kvh, t = k_ctx.shape[1], k_ctx.shape[2]
     g = heads // kvh
-    q = q.reshape(kvh, g * n, hd)  # (kvh, g*n, hd): the g query heads of a kv head, stacked
-    s_cache = q @ k_cache.transpose(1, 2)  # (kvh, g*n, T)
-    s_new = q @ k_new.transpose(1, 2)  # (kvh, g*n, n)
-    scores = torch.cat([s_cache, s_new], dim=-1) * hd ** -0.5
-    mask = torch.cat([cache_mask, new_mask], dim=-1).repeat(g, 1)  # (g*n, T+n)
+    q = q.reshape(b, kvh, g * n, hd)  # the g query heads of one kv head, stacked
+    s_ctx = q @ k_ctx.transpose(-1, -2)  # (B, kvh, g*n, T)
+    s_new = q @ k_new.transpose(-1, -2)  # (B, kvh, g*n, n)
+    scores = torch.cat([s_ctx, s_new], dim=-1) * hd ** -0.5
+    new_mask = new_mask.expand(ctx_mask.shape[0], -1, -1)
+    mask = torch.cat([ctx_mask, new_mask], dim=-1).repeat(1, g, 1)[:, None]  # (B|1, 1, g*n, T+n)
     scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
     p = torch.softmax(scores, dim=-1)
-    t = k_cache.shape[1]
-    out = p[..., :t] @ v_cache + p[..., t:] @ v_new  # (kvh, g*n, hd)
-    return out.reshape(heads, n, hd)
+    out = p[..., :t] @ v_ctx + p[..., t:] @ v_new  # (B, kvh, g*n, hd)
+    return out.reshape(b, heads, n, hd)
 
 
 class Target(nn.Module):
@@ -166,8 +166,8 @@ class Target(nn.Module):
         feats, k_out, v_out = [], [], []
         for i, layer in enumerate(self.layers):
             q, k, v = layer.project(x, cos, sin)  # (1, heads|kvh, n, hd)
-            attn = cached_attention(q[0], k_cache[i], v_cache[i], k[0], v[0], cache_mask, new_mask)
-            x = layer.finish(x, attn[None])
+            attn = attention(q, k_cache[i:i + 1], v_cache[i:i + 1], k, v, cache_mask[None], new_mask[None])
+            x = layer.finish(x, attn)
             k_out.append(k[0])
             v_out.append(v[0])
             if i in self.taps:

@@ -1,0 +1,318 @@
+"""The HyFlash drafter (DESIGN §2): local attention over a window of committed target features,
+plus a recurrent memory of everything committed, drafting B = 7 tokens in one pass.
+
+Run-time form: three pure functions over explicit state, exactly the exported graphs
+(`draft_read`, `state_commit`, `window_shift`). Training form: `forward_train`, one parallel
+pass over a sequence of target features with many anchors at once. Tests hold the two equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .memory import GatedDeltaNet, Mamba2
+from .target import RMSNorm, Rotary, Target, apply_rotary, attention
+
+MEMORY_KINDS = ("mamba2", "gated_deltanet", "off")
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterConfig:
+    vocab_size: int
+    hidden_size: int  # d = the target's H: embedding and LM head are the target's, shared and frozen
+    taps: tuple[int, ...]  # target layers whose outputs are concatenated into a feature (K of them)
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    layers: int = 2
+    block: int = 7  # B: tokens drafted per round; the verify width is B + 1
+    window: int | Literal["full"] = 128  # W committed features attended to; "full" = all of them
+    memory: str = "mamba2"  # "mamba2" | "gated_deltanet" | "off" (the sliding-window baseline)
+    ssm_heads: int | None = None  # None: hidden_size // 64
+    ssm_head_dim: int = 64  # P (DeltaNet: value dim)
+    d_state: int = 64  # N (DeltaNet: key dim)
+    conv_kernel: int = 4
+    markov_rank: int = 64  # DSpark's low-rank previous-token logit bias; 0 = off
+    confidence: bool = True  # per-slot acceptance probability head
+    memory_history: int | None = None  # ablation: memory sees only the last M features (training/eager)
+    slot_attention: bool = True  # ablation: False = a slot attends to the window and itself only
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+
+    def __post_init__(self):
+        object.__setattr__(self, "taps", tuple(self.taps))
+        if self.ssm_heads is None:
+            object.__setattr__(self, "ssm_heads", max(1, self.hidden_size // 64))
+        for name in ("vocab_size", "hidden_size", "heads", "kv_heads", "head_dim", "intermediate_size", "layers",
+                     "block", "ssm_heads", "ssm_head_dim", "d_state", "conv_kernel"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"drafter: {name} must be a positive integer, got {v!r}")
+        if not self.taps:
+            raise ValueError("drafter: taps must name at least one target layer")
+        if self.memory not in MEMORY_KINDS:
+            raise ValueError(f"drafter: memory must be one of {MEMORY_KINDS}, got {self.memory!r}")
+        if self.window != "full" and (not isinstance(self.window, int) or self.window < 1):
+            raise ValueError(f"drafter: window must be a positive integer or 'full', got {self.window!r}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"drafter: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"drafter: head_dim must be even, got {self.head_dim}")
+        if self.markov_rank < 0:
+            raise ValueError(f"drafter: markov_rank must be >= 0, got {self.markov_rank}")
+        if self.memory_history is not None:
+            if self.memory != "mamba2":
+                raise ValueError("drafter: memory_history needs memory='mamba2'")
+            if self.memory_history < 1:
+                raise ValueError(f"drafter: memory_history must be >= 1, got {self.memory_history}")
+        if self.window == "full" and self.memory != "off":
+            raise ValueError("drafter: window='full' is the full-attention baseline; it needs memory='off'")
+
+    @property
+    def feature_size(self) -> int:
+        return len(self.taps) * self.hidden_size
+
+    @property
+    def slots(self) -> int:
+        return self.block + 1  # anchor + B mask slots
+
+    @property
+    def name(self) -> str:
+        if self.window == "full":
+            return "full"
+        return {"mamba2": "hyflash", "gated_deltanet": "gdn", "off": "swa"}[self.memory]
+
+    def window_size(self, max_context: int) -> int:
+        return max_context if self.window == "full" else self.window
+
+    @classmethod
+    def for_target(cls, target: Target, **overrides) -> "DrafterConfig":
+        """Defaults from the target's geometry (as DFlash): heads, KV heads, head dim, MLP size."""
+        c = target.cfg
+        base = dict(vocab_size=c.vocab_size, hidden_size=c.hidden_size, taps=target.taps, heads=c.num_heads,
+                    kv_heads=c.num_kv_heads, head_dim=c.head_dim, intermediate_size=c.intermediate_size,
+                    rope_theta=c.rope_theta, rms_norm_eps=c.rms_norm_eps,
+                    window=256 if c.hidden_size >= 2048 else 128)
+        return cls(**{**base, **overrides})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def context_bytes(self, max_context: int, occupied: int | None = None, kv_bytes: int = 2,
+                      state_bytes: int = 4) -> dict:
+        """Bytes of the run-time context: window K/V (allocated, and occupied after `occupied`
+        committed features), window positions, recurrent state, conv state."""
+        w = self.window_size(max_context)
+        row = 2 * self.layers * self.kv_heads * self.head_dim * kv_bytes  # K and V of one feature
+        out = {"window_allocated": w * row, "window_positions": w * 8,
+               "window_occupied": min(w, occupied if occupied is not None else w) * row,
+               "state": 0, "conv_state": 0}
+        if self.memory != "off":
+            h, p, n, k = self.ssm_heads, self.ssm_head_dim, self.d_state, self.conv_kernel
+            channels = h * p + n if self.memory == "mamba2" else h * (p + n)
+            out["state"] = self.layers * h * p * n * state_bytes
+            out["conv_state"] = self.layers * (k - 1) * channels * state_bytes
+        out["allocated"] = out["window_allocated"] + out["window_positions"] + out["state"] + out["conv_state"]
+        out["occupied"] = out["window_occupied"] + out["window_positions"] + out["state"] + out["conv_state"]
+        return out
+
+
+class DrafterLayer(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        d, hd = cfg.hidden_size, cfg.head_dim
+        self.cfg = cfg
+        self.q_size, self.kv_size = cfg.heads * hd, cfg.kv_heads * hd
+        self.norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.q = nn.Linear(d, self.q_size, bias=False)
+        self.kv = nn.Linear(d, 2 * self.kv_size, bias=False)  # shared by window features and slots
+        self.o = nn.Linear(self.q_size, d, bias=False)
+        kinds = {"mamba2": Mamba2, "gated_deltanet": GatedDeltaNet}
+        self.mem = (kinds[cfg.memory](d, cfg.ssm_heads, cfg.ssm_head_dim, cfg.d_state, cfg.conv_kernel)
+                    if cfg.memory != "off" else None)
+        self.mlp_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.gate_up = nn.Linear(d, 2 * cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, d, bias=False)
+
+    def kv_heads(self, x, cos, sin):
+        """x: (B, n, d) -> k, v: (B, kvh, n, hd), k rotated."""
+        k, v = self.kv(x).chunk(2, dim=-1)
+        k = k.unflatten(-1, (-1, self.cfg.head_dim)).transpose(1, 2)
+        v = v.unflatten(-1, (-1, self.cfg.head_dim)).transpose(1, 2)
+        return apply_rotary(k, cos, sin), v
+
+    def forward(self, h, cos, sin, k_ctx, v_ctx, ctx_mask, slot_mask, mem_read):
+        """h: (B, S, d) slot states; k_ctx/v_ctx: (B|1, kvh, T, hd); mem_read(x) -> (B, S, d)."""
+        x = self.norm(h)
+        q = apply_rotary(self.q(x).unflatten(-1, (-1, self.cfg.head_dim)).transpose(1, 2), cos, sin)
+        k, v = self.kv_heads(x, cos, sin)
+        a = attention(q, k_ctx, v_ctx, k, v, ctx_mask, slot_mask)  # (B, heads, S, hd)
+        h = h + self.o(a.transpose(1, 2).flatten(-2))
+        if self.mem is not None:
+            h = h + mem_read(x)
+        gate, up = self.gate_up(self.mlp_norm(h)).chunk(2, dim=-1)
+        return h + self.down(F.silu(gate) * up)
+
+
+class Drafter(nn.Module):
+    def __init__(self, cfg: DrafterConfig, embed: torch.Tensor, lm_head: torch.Tensor):
+        """embed, lm_head: the target's (V, d) tables; kept frozen (buffers, never trained)."""
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.hidden_size
+        self.register_buffer("embed", embed.detach().float().clone(), persistent=False)
+        self.register_buffer("lm_head", lm_head.detach().float().clone(), persistent=False)
+        self.fuse = nn.Linear(cfg.feature_size, d, bias=False)
+        self.fuse_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.mask_embed = nn.Parameter(torch.randn(d) * 0.02)
+        self.layers = nn.ModuleList(DrafterLayer(cfg) for _ in range(cfg.layers))
+        self.norm = RMSNorm(d, cfg.rms_norm_eps)
+        inv = [cfg.rope_theta ** -(i / cfg.head_dim) for i in range(0, cfg.head_dim, 2)]
+        self.rotary = Rotary(inv)
+        if cfg.markov_rank:
+            self.markov_in = nn.Embedding(cfg.vocab_size, cfg.markov_rank)
+            self.markov_out = nn.Linear(cfg.markov_rank, cfg.vocab_size, bias=False)
+            nn.init.zeros_(self.markov_out.weight)  # starts as no bias at all
+        if cfg.confidence:
+            self.conf_head = nn.Linear(d, 1)
+        slot = torch.arange(cfg.slots)
+        mask = torch.ones(cfg.slots, cfg.slots, dtype=torch.bool) if cfg.slot_attention else slot[:, None] == slot
+        self.register_buffer("slot_mask", mask, persistent=False)  # bidirectional among slots
+
+    @classmethod
+    def for_target(cls, target: Target, cfg: DrafterConfig) -> "Drafter":
+        if cfg.hidden_size != target.cfg.hidden_size or cfg.vocab_size != target.cfg.vocab_size:
+            raise ValueError(f"drafter (hidden {cfg.hidden_size}, vocab {cfg.vocab_size}) does not match the target "
+                             f"(hidden {target.cfg.hidden_size}, vocab {target.cfg.vocab_size})")
+        if tuple(cfg.taps) != tuple(target.taps):
+            raise ValueError(f"drafter taps {list(cfg.taps)} differ from the target's {list(target.taps)}; "
+                             "load the target with the drafter's taps")
+        return cls(cfg, target.embed.weight, target.lm_head.weight)
+
+    def fused(self, features):
+        """features: (n, K*H) -> c: (n, d)."""
+        return self.fuse_norm(self.fuse(features[None])[0])
+
+    def slot_inputs(self, anchor_tokens):
+        """anchor_tokens: (B,) -> (B, S, d): anchor embedding, then B mask embeddings."""
+        b = anchor_tokens.shape[0]
+        return torch.cat([self.embed[anchor_tokens][:, None], self.mask_embed.expand(b, self.cfg.block, -1)], dim=1)
+
+    def readout(self, h):
+        """h: (..., S, d) final slot states -> logits of slots 1..7 before the Markov bias (..., 7, V),
+        confidence (..., 7) or None."""
+        hn = self.norm(h[..., 1:, :])
+        conf = torch.sigmoid(self.conf_head(hn))[..., 0] if self.cfg.confidence else None
+        return hn @ self.lm_head.t(), conf
+
+    def markov(self, prev):
+        """prev: (...) previous-slot tokens -> logit bias (..., V)."""
+        return self.markov_out(self.markov_in(prev))
+
+    # ------------------------------------------------------------------ run-time form (the graphs)
+
+    def draft_read(self, anchor_token, anchor_pos, win_k, win_v, win_pos, ssm_state=None):
+        """anchor_token, anchor_pos: (1,); win_k/win_v: (L_d, W, kvh, hd); win_pos: (W,) (-1 = empty);
+        ssm_state: (L_d, h, P, N). -> draft_tokens (7,), draft_logits (7, V), confidence (7,) or None.
+        Reads only: no state comes out."""
+        cfg = self.cfg
+        h = self.slot_inputs(anchor_token)  # (1, S, d)
+        cos, sin = self.rotary(anchor_pos + torch.arange(cfg.slots))
+        ctx_mask = (win_pos >= 0)[None, None, :].expand(1, cfg.slots, -1)  # (1, S, W)
+        for i, layer in enumerate(self.layers):
+            k_ctx = win_k[i].transpose(0, 1)[None]  # (1, kvh, W, hd)
+            v_ctx = win_v[i].transpose(0, 1)[None]
+            read = (lambda x, i=i: layer.mem.read(ssm_state[i], x[0])[None]) if layer.mem is not None else None
+            h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
+        base, conf = self.readout(h[0])  # (7, V), (7,)
+        # the Markov chain, unrolled: slot k's bias comes from slot k-1's token (the anchor for slot 1)
+        prev, tokens, logits = anchor_token, [], []
+        for k in range(cfg.block):
+            lk = base[k]
+            if cfg.markov_rank:
+                lk = lk + self.markov(prev)[0]
+            prev = lk.argmax(-1, keepdim=True)
+            tokens.append(prev)
+            logits.append(lk)
+        return torch.cat(tokens), torch.stack(logits), conf
+
+    def state_commit(self, features, n_valid, ssm_state, conv_state):
+        """features: (8, K*H); n_valid: (1,); ssm_state: (L_d, h, P, N); conv_state: (L_d, k-1, C).
+        Folds rows < n_valid into the memory; other rows never influence anything."""
+        valid = torch.arange(features.shape[0]) < n_valid  # (8,)
+        c = self.fused(torch.where(valid[:, None], features, 0.0))
+        ssm, conv = [], []
+        for i, layer in enumerate(self.layers):
+            s, cv = layer.mem.commit(c, valid, ssm_state[i], conv_state[i], n_valid)
+            ssm.append(s)
+            conv.append(cv)
+        return torch.stack(ssm), torch.stack(conv)
+
+    def window_shift(self, features, positions, n_valid, win_k, win_v, win_pos):
+        """Shift the window left by n_valid and append the valid rows' K/V (RoPE at their positions)."""
+        n = features.shape[0]
+        w = win_pos.shape[0]
+        valid = torch.arange(n) < n_valid
+        c = self.fused(torch.where(valid[:, None], features, 0.0))
+        pos = torch.where(valid, positions, -1)
+        cos, sin = self.rotary(pos.clamp(min=0))
+        keep = torch.arange(w) + n_valid  # rows n_valid .. n_valid+W-1 of [window; new]
+        ks, vs = [], []
+        for i, layer in enumerate(self.layers):
+            k, v = layer.kv_heads(c[None], cos, sin)  # (1, kvh, n, hd)
+            ks.append(torch.index_select(torch.cat([win_k[i], k[0].transpose(0, 1)]), 0, keep))
+            vs.append(torch.index_select(torch.cat([win_v[i], v[0].transpose(0, 1)]), 0, keep))
+        return torch.stack(ks), torch.stack(vs), torch.index_select(torch.cat([win_pos, pos]), 0, keep)
+
+    def init_context(self, max_context: int, kv_dtype=torch.float32, state_dtype=torch.float32) -> dict:
+        """The run-time buffers, empty: what the runtime allocates once and never grows."""
+        cfg = self.cfg
+        w = cfg.window_size(max_context)
+        ctx = {"win_k": torch.zeros(cfg.layers, w, cfg.kv_heads, cfg.head_dim, dtype=kv_dtype),
+               "win_v": torch.zeros(cfg.layers, w, cfg.kv_heads, cfg.head_dim, dtype=kv_dtype),
+               "win_pos": torch.full((w,), -1, dtype=torch.int64)}
+        if cfg.memory != "off":
+            s_shape, c_shape = self.layers[0].mem.state_shapes()
+            ctx["ssm_state"] = torch.zeros(cfg.layers, *s_shape, dtype=state_dtype)
+            ctx["conv_state"] = torch.zeros(cfg.layers, *c_shape, dtype=state_dtype)
+        return ctx
+
+    # ------------------------------------------------------------------ training form
+
+    def forward_train(self, features, tokens, anchors, prev):
+        """One sequence, many anchors at once.
+
+        features: (T, K*H) target features of tokens 0..T-1; tokens: (T,); anchors: (A,) positions
+        a (features 0..a-1 are committed, token a is the anchor); prev: (A, 7) previous-slot tokens
+        for the Markov head. -> logits (A, 7, V) for positions a+1..a+7, confidence (A, 7) or None.
+        """
+        cfg = self.cfg
+        t = features.shape[0]
+        c = self.fused(features)  # (T, d)
+        cos_c, sin_c = self.rotary(torch.arange(t))
+        slot_pos = anchors[:, None] + torch.arange(cfg.slots)  # (A, S)
+        cos, sin = self.rotary(slot_pos.flatten())
+        cos, sin = cos.unflatten(0, slot_pos.shape)[:, None], sin.unflatten(0, slot_pos.shape)[:, None]
+        pos = torch.arange(t)
+        ctx = pos[None, :] < anchors[:, None]  # (A, T)
+        if cfg.window != "full":
+            ctx = ctx & (pos[None, :] >= anchors[:, None] - cfg.window)
+        ctx_mask = ctx[:, None, :].expand(-1, cfg.slots, -1)  # (A, S, T)
+        h = self.slot_inputs(tokens[anchors])  # (A, S, d)
+        for layer in self.layers:
+            k_ctx, v_ctx = layer.kv_heads(c[None], cos_c, sin_c)  # (1, kvh, T, hd)
+            read = None
+            if layer.mem is not None:
+                inputs = layer.mem.states_at(c, anchors, cfg.memory_history)
+                read = lambda x, inputs=inputs, mem=layer.mem: mem.read_many(inputs, x)  # noqa: E731
+            h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
+        logits, conf = self.readout(h)
+        if cfg.markov_rank:
+            logits = logits + self.markov(prev)
+        return logits, conf

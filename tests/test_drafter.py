@@ -1,0 +1,228 @@
+"""The drafter: its training form equals its run-time form; the graphs' masking contract."""
+
+import itertools
+
+import pytest
+import torch
+
+from hyflash.models.config import TargetConfig
+from hyflash.models.drafter import Drafter, DrafterConfig
+from hyflash.models.target import Target
+
+H, V = 64, 96
+
+
+def tiny_target(layers=4, seed=0):
+    raw = {"architectures": ["Qwen3ForCausalLM"], "vocab_size": V, "hidden_size": H, "intermediate_size": 128,
+           "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "max_position_embeddings": 512, "tie_word_embeddings": True}
+    torch.manual_seed(seed)
+    target = Target(TargetConfig.from_hf(raw))
+    torch.nn.init.normal_(target.embed.weight, std=0.2)
+    return target
+
+
+def tiny_drafter(seed=0, **overrides):
+    target = tiny_target()
+    cfg = DrafterConfig.for_target(target, **{"ssm_heads": 2, "ssm_head_dim": 16, "d_state": 8, "markov_rank": 8,
+                                              **overrides})
+    torch.manual_seed(seed)
+    drafter = Drafter.for_target(target, cfg)
+    with torch.no_grad():  # untrained weights are near-trivial; perturb everything so every path matters
+        for name, p in drafter.named_parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return drafter.eval()
+
+
+def run_time(drafter, features, tokens, sizes, max_context, pad=float("nan")):
+    """Commit features in blocks of `sizes` (padding rows NaN); draft after each commit.
+    -> anchors (A,), draft tokens (A, 7), draft logits (A, 7, V), confidences (A, 7) or None."""
+    ctx = drafter.init_context(max_context, features.dtype, features.dtype)
+    anchors, toks, logits, confs, pos = [], [], [], [], 0
+    for n in sizes:
+        f = torch.full((8, features.shape[1]), pad)
+        f[:n] = features[pos:pos + n]
+        positions = torch.arange(pos, pos + 8)
+        nv = torch.tensor([n])
+        if "ssm_state" in ctx:
+            ctx["ssm_state"], ctx["conv_state"] = drafter.state_commit(f, nv, ctx["ssm_state"], ctx["conv_state"])
+        ctx["win_k"], ctx["win_v"], ctx["win_pos"] = drafter.window_shift(f, positions, nv, ctx["win_k"],
+                                                                          ctx["win_v"], ctx["win_pos"])
+        pos += n
+        t, lg, cf = drafter.draft_read(tokens[pos:pos + 1], torch.tensor([pos]), ctx["win_k"], ctx["win_v"],
+                                       ctx["win_pos"], ctx.get("ssm_state"))
+        anchors.append(pos)
+        toks.append(t)
+        logits.append(lg)
+        confs.append(cf)
+    conf = torch.stack(confs) if confs[0] is not None else None
+    return torch.tensor(anchors), torch.stack(toks), torch.stack(logits), conf
+
+
+CASES = [dict(memory=m, markov_rank=r, window=w)
+         for m, r, w in itertools.product(["mamba2", "gated_deltanet", "off"], [8, 0], [6, 64])]
+CASES += [dict(memory="off", window="full"), dict(memory="mamba2", slot_attention=False, confidence=False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("overrides", CASES, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_training_form_equals_run_time_form(overrides, dtype):
+    """fp32 within 1e-5; in fp64 the two forms agree to rounding (1e-10): the math is the same."""
+    torch.set_default_dtype(dtype)
+    try:
+        _check_forms_agree(tiny_drafter(**overrides).to(dtype), 1e-5 if dtype == torch.float32 else 1e-10)
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def _check_forms_agree(drafter, atol):
+    gen = torch.Generator().manual_seed(1)
+    t = 60
+    features = torch.randn(t, drafter.cfg.feature_size, generator=gen)
+    tokens = torch.randint(0, V, (t,), generator=gen)
+    sizes = torch.randint(1, 9, (12,), generator=gen).tolist()
+    sizes = [s for s in itertools.accumulate(sizes) if s < t - 8]
+    sizes = [b - a for a, b in zip([0] + sizes, sizes)]
+    with torch.no_grad():
+        anchors, draft_tokens, rt_logits, rt_conf = run_time(drafter, features, tokens, sizes, max_context=64)
+        prev = torch.cat([tokens[anchors][:, None], draft_tokens[:, :-1]], dim=1)
+        tr_logits, tr_conf = drafter.forward_train(features, tokens, anchors, prev)
+    diff = (tr_logits - rt_logits).abs()
+    assert diff.max() <= atol, f"max {diff.max():.3g}, mean {diff.mean():.3g}, logit scale {rt_logits.abs().max():.3g}"
+    assert torch.equal(tr_logits.argmax(-1), draft_tokens)
+    if rt_conf is not None:
+        assert (tr_conf - rt_conf).abs().max() <= atol
+    assert rt_logits.std(0).mean() > 1e-2  # anchors really differ: the test is not comparing constants
+
+
+
+def _state_inputs(drafter, n_commits=3, seed=2):
+    """A context after a few real commits, so states are not all zeros."""
+    gen = torch.Generator().manual_seed(seed)
+    feats = torch.randn(8 * n_commits, drafter.cfg.feature_size, generator=gen)
+    ctx = drafter.init_context(64)
+    for i in range(n_commits):
+        f, nv = feats[8 * i:8 * i + 8], torch.tensor([5 + i])
+        if "ssm_state" in ctx:
+            ctx["ssm_state"], ctx["conv_state"] = drafter.state_commit(f, nv, ctx["ssm_state"], ctx["conv_state"])
+        ctx["win_k"], ctx["win_v"], ctx["win_pos"] = drafter.window_shift(
+            f, torch.arange(8 * i, 8 * i + 8), nv, ctx["win_k"], ctx["win_v"], ctx["win_pos"])
+    return ctx, torch.randn(8, drafter.cfg.feature_size, generator=gen)
+
+
+@pytest.mark.parametrize("memory", ["mamba2", "gated_deltanet"])
+def test_state_commit_with_nothing_valid_is_bit_exact(memory):
+    drafter = tiny_drafter(memory=memory)
+    ctx, feats = _state_inputs(drafter)
+    feats[3] = float("nan")
+    with torch.no_grad():
+        ssm, conv = drafter.state_commit(feats, torch.tensor([0]), ctx["ssm_state"], ctx["conv_state"])
+    assert torch.equal(ssm, ctx["ssm_state"]) and torch.equal(conv, ctx["conv_state"])
+    assert ctx["ssm_state"].abs().sum() > 0
+
+
+@pytest.mark.parametrize("memory", ["mamba2", "gated_deltanet", "off"])
+@pytest.mark.parametrize("n_valid", [0, 1, 5, 8])
+def test_rows_past_n_valid_have_no_influence(memory, n_valid):
+    drafter = tiny_drafter(memory=memory, window=16)
+    ctx, feats = _state_inputs(drafter)
+    positions = torch.arange(24, 32)
+    outs = []
+    for junk in (float("nan"), float("inf"), -float("inf"), 1e30):
+        f, p = feats.clone(), positions.clone()
+        f[n_valid:] = junk
+        p[n_valid:] = 10**12 if junk == 1e30 else -7
+        with torch.no_grad():
+            out = drafter.window_shift(f, p, torch.tensor([n_valid]), ctx["win_k"], ctx["win_v"], ctx["win_pos"])
+            if memory != "off":
+                out += drafter.state_commit(f, torch.tensor([n_valid]), ctx["ssm_state"], ctx["conv_state"])
+        outs.append(out)
+    for other in outs[1:]:
+        for a, b in zip(outs[0], other):
+            assert torch.equal(a, b)
+    assert all(torch.isfinite(t).all() for t in outs[0])
+    assert outs[0][2][-n_valid:].tolist() == list(range(24, 24 + n_valid)) if n_valid else True
+
+
+def test_window_keeps_the_last_w_positions():
+    drafter = tiny_drafter(memory="off", window=10)
+    ctx = drafter.init_context(64)
+    pos = 0
+    for n in (3, 8, 1, 6):
+        f = torch.randn(8, drafter.cfg.feature_size)
+        with torch.no_grad():
+            ctx["win_k"], ctx["win_v"], ctx["win_pos"] = drafter.window_shift(
+                f, torch.arange(pos, pos + 8), torch.tensor([n]), ctx["win_k"], ctx["win_v"], ctx["win_pos"])
+        pos += n
+        expected = [-1] * max(0, 10 - pos) + list(range(max(0, pos - 10), pos))
+        assert ctx["win_pos"].tolist() == expected
+
+
+@pytest.mark.parametrize("memory", ["mamba2", "gated_deltanet", "off"])
+def test_draft_read_changes_no_input(memory):
+    drafter = tiny_drafter(memory=memory)
+    ctx, _ = _state_inputs(drafter)
+    inputs = [torch.tensor([5]), torch.tensor([24]), ctx["win_k"], ctx["win_v"], ctx["win_pos"], ctx.get("ssm_state")]
+    copies = [x.clone() if x is not None else None for x in inputs]
+    with torch.no_grad():
+        tokens, logits, conf = drafter.draft_read(*inputs)
+    assert tokens.shape == (7,) and logits.shape == (7, V) and conf.shape == (7,)
+    for a, b in zip(inputs, copies):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_memory_history_equals_memory_rebuilt_from_last_m_features():
+    """Training form with memory_history=M at anchor a == a run-time memory that holds only the
+    features a-M..a-1: commit everything before a-M (this primes the 3-row conv context, which is
+    part of each feature's encoding), zero the recurrent state, then commit the last M."""
+    m, a = 11, 40
+    drafter = tiny_drafter(memory="mamba2", memory_history=m, window=4)
+    gen = torch.Generator().manual_seed(3)
+    features = torch.randn(a + 8, drafter.cfg.feature_size, generator=gen)
+    tokens = torch.randint(0, V, (a + 8,), generator=gen)
+    ctx = drafter.init_context(64)
+
+    def commit(lo, hi):
+        for s in range(lo, hi, 8):
+            n = min(8, hi - s)
+            f = torch.zeros(8, features.shape[1])
+            f[:n] = features[s:s + n]
+            ctx["ssm_state"], ctx["conv_state"] = drafter.state_commit(f, torch.tensor([n]), ctx["ssm_state"],
+                                                                       ctx["conv_state"])
+            ctx["win_k"], ctx["win_v"], ctx["win_pos"] = drafter.window_shift(
+                f, torch.arange(s, s + 8), torch.tensor([n]), ctx["win_k"], ctx["win_v"], ctx["win_pos"])
+
+    with torch.no_grad():
+        commit(0, a - m)
+        ctx["ssm_state"] = torch.zeros_like(ctx["ssm_state"])
+        commit(a - m, a)
+        draft, logits, _ = drafter.draft_read(tokens[a:a + 1], torch.tensor([a]), ctx["win_k"], ctx["win_v"],
+                                              ctx["win_pos"], ctx["ssm_state"])
+        prev = torch.cat([tokens[a:a + 1], draft[:-1]])[None]
+        train_logits, _ = drafter.forward_train(features, tokens, torch.tensor([a]), prev)
+        unlimited = tiny_drafter(memory="mamba2", window=4)
+        unlimited.load_state_dict(drafter.state_dict())
+        no_limit_logits, _ = unlimited.forward_train(features, tokens, torch.tensor([a]), prev)
+    assert (train_logits[0] - logits).abs().max() <= 1e-5
+    assert (no_limit_logits[0] - logits).abs().max() > 1e-3  # the history limit really changes the result
+
+
+@pytest.mark.parametrize("memory,window", [("mamba2", 16), ("gated_deltanet", 16), ("off", 16), ("off", "full")])
+def test_context_bytes_match_allocated_tensors(memory, window):
+    drafter = tiny_drafter(memory=memory, window=window)
+    ctx = drafter.init_context(64, kv_dtype=torch.float16, state_dtype=torch.float32)
+    counted = drafter.cfg.context_bytes(64, kv_bytes=2, state_bytes=4)
+    assert counted["allocated"] == sum(t.numel() * t.element_size() for t in ctx.values())
+    assert counted["window_allocated"] == ctx["win_k"].nbytes + ctx["win_v"].nbytes
+    if memory != "off":
+        assert counted["state"] == ctx["ssm_state"].nbytes and counted["conv_state"] == ctx["conv_state"].nbytes
+    assert drafter.cfg.context_bytes(64, occupied=3)["window_occupied"] == 3 * ctx["win_k"][:, 0].nbytes * 2
+
+
+def test_config_rejects_bad_values():
+    target = tiny_target()
+    for bad, message in [(dict(memory="lstm"), "memory"), (dict(window=0), "window"), (dict(layers=0), "layers"),
+                         (dict(window="full"), "full"), (dict(memory="off", memory_history=4), "memory_history"),
+                         (dict(markov_rank=-1), "markov_rank")]:
+        with pytest.raises(ValueError, match=message):
+            DrafterConfig.for_target(target, **bad)
