@@ -74,6 +74,22 @@ def cmd_train_target(args) -> int:
     return 0
 
 
+def cmd_train_drafter(args) -> int:
+    from .models.drafter import DrafterConfig
+    from .models.loading import load_target
+    from .reference import resolve
+    from .train.drafter import train_drafter
+
+    target = load_target(resolve(args.target, "target"))
+    window = "full" if args.window == "full" else int(args.window)
+    cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers,
+                                   markov_rank=args.markov_rank, confidence=not args.no_confidence,
+                                   memory_history=args.memory_history, slot_attention=not args.no_slot_attention)
+    dest = train_drafter(target, cfg, args.corpus, args.tokenizer, _train_config(args), args.seq_len, args.anchors)
+    print(f"wrote {dest}")
+    return 0
+
+
 def _add_train_flags(p, steps: int, batch: int, lr: float) -> None:
     p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, log, final model")
     p.add_argument("--steps", type=_positive(), default=steps)
@@ -113,6 +129,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=_positive(), default=256)
     _add_train_flags(p, steps=900, batch=4, lr=2e-3)
     p.set_defaults(func=cmd_train_target)
+
+    p = sub.add_parser("train-drafter", help="distil a drafter from a frozen target")
+    p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")
+    p.add_argument("--corpus", type=Path, default=Path("data/corpus"))
+    p.add_argument("--tokenizer", type=Path, default=Path("data/corpus/tokenizer.json"))
+    p.add_argument("--memory", choices=["mamba2", "gated_deltanet", "off"], default="mamba2")
+    p.add_argument("--window", default="128", help="committed features attended to, or 'full'")
+    p.add_argument("--layers", type=_positive(), default=2)
+    p.add_argument("--markov-rank", type=int, default=64)
+    p.add_argument("--no-confidence", action="store_true")
+    p.add_argument("--memory-history", type=_positive(), default=None, help="ablation: memory sees the last M only")
+    p.add_argument("--no-slot-attention", action="store_true", help="ablation: no attention among draft slots")
+    p.add_argument("--seq-len", type=_positive(), default=512)
+    p.add_argument("--anchors", type=_positive(), default=48, help="anchors sampled per sequence")
+    _add_train_flags(p, steps=600, batch=4, lr=1e-3)
+    p.set_defaults(func=cmd_train_drafter)
     return parser
 
 

@@ -140,4 +140,16 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
             save_checkpoint(model, opt, step + 1, cfg, log)
             with open(cfg.out / "log.jsonl", "w") as f:
                 f.writelines(json.dumps(e) + "\n" for e in log)
+    if size > 1:
+        _record_rank_checksums(params, rank, size, cfg.out)
     return log
+
+
+def _record_rank_checksums(params, rank: int, size: int, out: Path) -> None:
+    """Every rank's (sum, sum of squares) of its weights, so anyone can check they agree."""
+    mine = torch.stack([torch.stack([p.detach().double().sum(), p.detach().double().pow(2).sum()])
+                        for p in params]).flatten()
+    every = [torch.zeros_like(mine) for _ in range(size)]
+    dist.all_gather(every, mine)
+    if rank == 0:
+        (out / "rank_checksums.json").write_text(json.dumps([e.tolist() for e in every]))
