@@ -39,6 +39,45 @@ def cmd_inspect(args) -> int:
     return 0 if report["supported"] else EXIT_USAGE
 
 
+# ---------------------------------------------------------------- export / validate
+
+def cmd_export(args) -> int:
+    from .export.pipeline import ExportConfig, export
+
+    formats = ("onnx", "pte") if args.format == "both" else (args.format,)
+    cfg = ExportConfig(target=args.target, drafter=args.drafter, out=args.out, formats=formats, window=args.window,
+                       max_context=args.max_context, prefill_chunk=args.prefill_chunk, seed=args.seed,
+                       force=args.force)
+    manifest = export(cfg, progress=not args.json)
+    summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
+               "max_context": manifest["max_context"], "window": manifest["window"],
+               "bytes": {k: (Path(args.out) / k).stat().st_size for k in manifest["files"]}}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"wrote {args.out}: {len(summary['graphs'])} graphs, drafter {summary['drafter']}, "
+              f"context {summary['max_context']}, window {summary['window']}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from .export.validate import format_table, summarize, validate
+
+    rows = summarize(validate(args.folder, args.target, args.atol))
+    failed = [r for r in rows if not r.ok]
+    if args.json:
+        print(json.dumps({"ok": not failed, "checks": [r.__dict__ for r in rows]}))
+    else:
+        print(format_table(rows))
+        print(f"{len(rows) - len(failed)}/{len(rows)} outputs within tolerance")
+    if failed:
+        worst = max(failed, key=lambda r: r.max_diff)
+        print(f"hyflash validate: error: {len(failed)} outputs out of tolerance; worst {worst.graph}.{worst.output} "
+              f"on {worst.backend}: {worst.max_diff:.3g} > {worst.tolerance:.1g}", file=sys.stderr)
+        return 1
+    return 0
+
+
 # ---------------------------------------------------------------- reference training
 
 def cmd_corpus(args) -> int:
@@ -111,6 +150,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 
+    p = sub.add_parser("export", help="export a target and drafter to ONNX and ExecuTorch graphs")
+    p.add_argument("--target", required=True, help="Hugging Face checkpoint folder, or 'reference'")
+    p.add_argument("--drafter", required=True, help="drafter folder, a reference name, or 'random'")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--format", choices=["onnx", "pte", "both"], default="both")
+    p.add_argument("--window", type=_positive(), default=None)
+    p.add_argument("--max-context", type=_positive(), default=None)
+    p.add_argument("--prefill-chunk", type=_positive(), default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="replace an existing --out")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("validate", help="check every exported graph against eager PyTorch")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--target", default=None, help="target folder, if it moved since export")
+    p.add_argument("--atol", type=_positive(float), default=None, help="override every tolerance")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_validate)
+
     p = sub.add_parser("corpus", help="write the stdlib corpus and its train/held-out split")
     p.add_argument("--out", type=Path, default=Path("data/corpus"))
     p.set_defaults(func=cmd_corpus)
@@ -152,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CliError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as e:
+    except (CliError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as e:
         print(f"hyflash {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

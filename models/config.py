@@ -225,13 +225,18 @@ class TargetConfig:
         path = Path(folder) / "config.json"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no config.json; pass a Hugging Face checkpoint folder")
-        try:
-            raw = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"{path}: expected a JSON object")
-        return cls.from_hf(raw)
+        return cls.from_hf(read_json_object(path))
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON file that must hold an object; one-line ValueError otherwise."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return raw
 
 
 def rope_inv_freq(cfg: TargetConfig) -> tuple[list[float], float]:

@@ -89,7 +89,7 @@ class DrafterConfig:
         return {"mamba2": "hyflash", "gated_deltanet": "gdn", "off": "swa"}[self.memory]
 
     def window_size(self, max_context: int) -> int:
-        return max_context if self.window == "full" else self.window
+        return max_context if self.window == "full" else min(self.window, max_context)
 
     @classmethod
     def for_target(cls, target: Target, **overrides) -> "DrafterConfig":

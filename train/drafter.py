@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
 
+from ..models.config import read_json_object
 from ..models.drafter import Drafter, DrafterConfig
 from ..models.target import Target
 from .data import sample_windows, token_stream
@@ -62,9 +63,9 @@ class Distill(nn.Module):
         return loss, metrics
 
 
-def save_drafter(drafter: Drafter, folder: Path, target_info: dict) -> None:
+def save_drafter(drafter: Drafter, folder: Path, target_info: dict, dtype=torch.bfloat16) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    weights = {k: v.detach().contiguous().to(torch.bfloat16) for k, v in drafter.state_dict().items()}
+    weights = {k: v.detach().contiguous().to(dtype) for k, v in drafter.state_dict().items()}
     save_file(weights, folder / "model.safetensors")
     (folder / "config.json").write_text(json.dumps({"hyflash_drafter": drafter.cfg.to_dict(),
                                                     "target": target_info}, indent=1) + "\n")
@@ -91,19 +92,25 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig, corpus: Path, toke
     return dest
 
 
+def drafter_config_dict(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: not a drafter folder (no config.json); pass a drafter folder or 'random'")
+    raw = read_json_object(path).get("hyflash_drafter")
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: not a hyflash drafter config (no 'hyflash_drafter' object)")
+    return raw
+
+
 def load_drafter(folder: str | Path, target: Target) -> Drafter:
     """A drafter folder (config.json + model.safetensors) for this target; mismatches refused."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
-    path = folder / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not a drafter folder (no config.json)")
     try:
-        raw = json.loads(path.read_text())["hyflash_drafter"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise ValueError(f"{path}: not a hyflash drafter config") from None
-    cfg = DrafterConfig(**raw)
+        cfg = DrafterConfig(**drafter_config_dict(folder))
+    except TypeError as e:
+        raise ValueError(f"{folder / 'config.json'}: not a drafter config this hyflash understands ({e})") from None
     drafter = Drafter.for_target(target, cfg)
     weights = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
     missing, unexpected = drafter.load_state_dict(weights, strict=False)

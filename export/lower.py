@@ -1,0 +1,97 @@
+"""Lowering the declared graphs: ONNX (torch.onnx dynamo) and ExecuTorch (.pte, XNNPACK).
+
+Export workarounds live here, each with the problem it avoids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+
+from .graphs import GraphSpec, example_inputs, graph_module
+
+ALIGN = 64  # external-data offsets aligned so onnxruntime can mmap tensors
+
+
+def export_onnx_proto(spec: GraphSpec, target, drafter):
+    """One graph -> an in-memory onnx.ModelProto with the spec's names and only static dims."""
+    module = graph_module(spec, target, drafter)
+    with warnings.catch_warnings(), _quiet("torch.onnx"):
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(module, example_inputs(spec), dynamo=True, verbose=False,
+                                    input_names=[t.name for t in spec.inputs],
+                                    output_names=[t.name for t in spec.outputs])
+    return program.model_proto
+
+
+def save_onnx_models(protos: dict[str, object], folder: Path, weights_name: str) -> dict[str, str]:
+    """Write each graph to `folder/<name>.onnx` with every large initializer in ONE shared file.
+
+    The graphs of one model carry the same weights; storing them once matters (a target's weights
+    would otherwise be written three times). Initializers are deduplicated by content.
+    Returns graph name -> relative onnx path.
+    """
+    from onnx import TensorProto, numpy_helper, save_model
+    from onnx.external_data_helper import set_external_data
+
+    folder.mkdir(parents=True, exist_ok=True)
+    offsets: dict[str, tuple[int, int]] = {}
+    paths = {}
+    with open(folder / weights_name, "wb") as blob:
+        for name, proto in protos.items():
+            for tensor in proto.graph.initializer:
+                if tensor.data_location == TensorProto.EXTERNAL:
+                    continue
+                if not tensor.HasField("raw_data"):
+                    tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor), tensor.name))
+                raw = tensor.raw_data
+                if len(raw) < 1024:
+                    continue  # small constants stay inline
+                key = hashlib.sha256(raw).hexdigest()
+                if key not in offsets:
+                    pad = (-blob.tell()) % ALIGN
+                    blob.write(b"\0" * pad)
+                    offsets[key] = (blob.tell(), len(raw))
+                    blob.write(raw)
+                set_external_data(tensor, weights_name, *offsets[key])
+                tensor.ClearField("raw_data")
+            save_model(proto, folder / f"{name}.onnx")
+            paths[name] = f"{folder.name}/{name}.onnx"
+    return paths
+
+
+def export_pte(specs: list[GraphSpec], target, drafter, path: Path, quantize=None) -> None:
+    """Several graphs -> one .pte whose methods are the graphs, lowered to XNNPACK."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    programs = {}
+    for spec in specs:
+        module = graph_module(spec, target, drafter)
+        if quantize is not None:
+            module = quantize(module)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            programs[spec.name] = torch.export.export(module, example_inputs(spec), strict=False)
+    with _quiet("executorch"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch()
+    path.write_bytes(program.buffer)
+
+
+class _quiet:
+    """Silence a library's INFO/WARNING logging for the duration (the progress bar is ours)."""
+
+    def __init__(self, name: str):
+        self.logger = logging.getLogger(name)
+
+    def __enter__(self):
+        self.level = self.logger.level
+        self.logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc):
+        self.logger.setLevel(self.level)

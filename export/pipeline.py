@@ -1,0 +1,179 @@
+"""`hyflash export`: target + drafter -> one folder of graphs, weights and a manifest, atomically.
+
+Everything is written into a temporary sibling folder; only a complete export (manifest last)
+is renamed into place, so a failed or killed export leaves no folder that passes validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ..models.drafter import Drafter, DrafterConfig
+from ..models.loading import load_target, weight_files
+from ..models.target import Target
+from ..train.drafter import save_drafter, target_info
+from .graphs import graph_specs
+from .lower import export_onnx_proto, export_pte, save_onnx_models
+from .manifest import FORMAT_VERSION, file_hashes, sha256, write_json_atomic
+
+FORMATS = ("onnx", "pte")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportConfig:
+    target: Path
+    drafter: str  # a drafter folder, a reference name, or "random"
+    out: Path
+    formats: tuple[str, ...] = FORMATS
+    window: int | None = None  # None: the drafter's own (random: 128, or 256 for hidden >= 2048)
+    max_context: int | None = None  # None: min(max_position_embeddings, 4096)
+    prefill_chunk: int = 64
+    seed: int = 0
+    force: bool = False
+
+    def __post_init__(self):
+        bad = set(self.formats) - set(FORMATS)
+        if bad or not self.formats:
+            raise ValueError(f"--format must be onnx, pte or both, got {sorted(bad) or 'nothing'}")
+        if self.prefill_chunk < 1:
+            raise ValueError(f"--prefill-chunk must be >= 1, got {self.prefill_chunk}")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"--window must be >= 1, got {self.window}")
+
+
+def load_models(target_dir: Path, drafter_src: str, window: int | None, seed: int) -> tuple[Target, Drafter]:
+    from ..reference import resolve
+    from ..train.drafter import drafter_config_dict, load_drafter
+
+    if drafter_src == "random":
+        target = load_target(target_dir)
+        overrides = {"window": window} if window else {}
+        torch.manual_seed(seed)
+        drafter = Drafter.for_target(target, DrafterConfig.for_target(target, **overrides)).eval()
+        return target, drafter
+    folder = resolve(drafter_src, "drafter")
+    raw = drafter_config_dict(folder)
+    target = load_target(target_dir, tuple(raw.get("taps", ())) or None)
+    drafter = load_drafter(folder, target)
+    if window and window != drafter.cfg.window:
+        drafter.cfg = dataclasses.replace(drafter.cfg, window=window)
+        for layer in drafter.layers:
+            layer.cfg = drafter.cfg
+    return target, drafter
+
+
+def export(cfg: ExportConfig, progress: bool = True) -> dict:
+    """Run the export; returns the manifest. Raises before writing anything on bad input."""
+    from ..reference import resolve
+
+    out = Path(cfg.out)
+    if out.exists() and not cfg.force:
+        raise FileExistsError(f"{out} already exists; pass --force to replace it")
+    target_dir = resolve(cfg.target, "target")
+    target, drafter = load_models(target_dir, cfg.drafter, cfg.window, cfg.seed)
+    max_context = cfg.max_context or target.cfg.default_max_context()
+    target.cfg.check_context(max_context)
+    specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk)
+
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        steps = [("drafter weights", None)]
+        if "onnx" in cfg.formats:
+            steps += [(f"onnx {name}", name) for name in specs] + [("onnx weights", None)]
+        if "pte" in cfg.formats:
+            steps += [("drafter.pte", "drafter"), ("target.pte", "target")]
+        bar = tqdm(steps, desc="export", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+        graphs = {name: {"inputs": [t.to_json() for t in s.inputs], "outputs": [t.to_json() for t in s.outputs]}
+                  for name, s in specs.items()}
+        protos = {}
+        for label, key in bar:
+            bar.set_postfix_str(label)
+            if label == "drafter weights":
+                save_drafter(drafter, tmp / "drafter", target_info(target), dtype=torch.float32)
+            elif label.startswith("onnx ") and key:
+                protos[key] = export_onnx_proto(specs[key], target, drafter)
+            elif label == "onnx weights":
+                for model in ("drafter", "target"):
+                    names = {n: protos[n] for n in specs if specs[n].model == model}
+                    for name, rel in save_onnx_models(names, tmp / "onnx", f"{model}.weights").items():
+                        graphs[name]["onnx"] = rel
+            else:
+                group = [s for s in specs.values() if s.model == key]
+                export_pte(group, target, drafter, tmp / f"{key}.pte")
+                for s in group:
+                    graphs[s.name]["pte"] = {"file": f"{key}.pte", "method": s.name}
+        if (target_dir / "tokenizer.json").is_file():
+            shutil.copy(target_dir / "tokenizer.json", tmp / "tokenizer.json")
+        files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()]
+        manifest = _manifest(cfg, target_dir, target, drafter, graphs, file_hashes(tmp, files), max_context)
+        write_json_atomic(tmp / "manifest.json", manifest)
+        _replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
+def target_record(target_dir: Path) -> dict:
+    names = ["config.json"] + sorted({p.name for p in weight_files(target_dir).values()})
+    if (target_dir / "model.safetensors.index.json").is_file():
+        names.append("model.safetensors.index.json")
+    return {"path": str(target_dir.resolve()), "files": {n: sha256(target_dir / n) for n in names}}
+
+
+def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> dict:
+    import executorch  # noqa: F401  (versions below)
+    import onnx
+    import onnxruntime
+
+    from .. import __version__
+
+    d = drafter.cfg
+    return {
+        "format_version": FORMAT_VERSION,
+        "graphs": graphs,
+        "files": files,
+        "target": {**target_record(target_dir), "config": json.loads((target_dir / "config.json").read_text()),
+                   "taps": list(target.taps)},
+        "drafter": {"name": "random" if cfg.drafter == "random" else d.name, "source": str(cfg.drafter),
+                    "config": d.to_dict()},
+        "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
+        "prefill_chunk": cfg.prefill_chunk,
+        "quantization": {"drafter": "none", "target": "none"},
+        "memory": {"kind": d.memory, **d.context_bytes(max_context, kv_bytes=4, state_bytes=4),
+                   "target_kv_bytes": 2 * target.cfg.num_layers * target.cfg.num_kv_heads * max_context
+                   * target.cfg.head_dim * 4},
+        "versions": {"hyflash": __version__, "torch": torch.__version__, "onnx": onnx.__version__,
+                     "onnxruntime": onnxruntime.__version__, "executorch": _version("executorch"),
+                     "python": platform.python_version()},
+    }
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "absent"

@@ -1,0 +1,166 @@
+"""`hyflash validate`: every graph of every format against eager PyTorch, on fresh inputs.
+
+The eager models are rebuilt from the export's own drafter weights and the target folder the
+manifest records (its checksums checked). Inputs are not the tracing example: caches and
+windows filled by real commits, several `n_valid` values, NaN in padding rows. Names are
+checked first, then shapes and dtypes, then values; any failure is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..models.loading import load_target
+from ..train.drafter import load_drafter
+from .graphs import VERIFY_ROWS, graph_specs
+from .manifest import ArtifactError, load_manifest, sha256
+
+
+@dataclasses.dataclass
+class Check:
+    graph: str
+    output: str
+    backend: str
+    max_diff: float
+    tolerance: float
+    ok: bool
+
+
+def load_eager(folder: Path, manifest: dict, target_override: str | None = None):
+    """(target, drafter) as eager modules, from the recorded target folder and the export's drafter."""
+    target_dir = Path(target_override or manifest["target"]["path"])
+    if not target_dir.is_dir():
+        raise FileNotFoundError(f"{target_dir}: the target folder recorded in the manifest is gone; "
+                                "pass --target DIR")
+    for name, expected in manifest["target"]["files"].items():
+        path = target_dir / name
+        if not path.is_file() or sha256(path) != expected:
+            raise ArtifactError(f"{path}: not the target this export was made from (sha256 differs or file missing)")
+    target = load_target(target_dir, tuple(manifest["target"]["taps"]))
+    return target, load_drafter(folder / "drafter", target)
+
+
+def validation_cases(specs, target, drafter, seed: int):
+    """graph -> list of input tuples (torch), drawn from states reached by real commits."""
+    gen = torch.Generator().manual_seed(seed)
+    d = drafter.cfg
+    max_context = next(iter(s for s in specs.values() if s.model == "target")).inputs[3].shape[2]
+    feat = target.feature_size
+    ctx = drafter.init_context(max_context)
+    committed = 0
+    states = []
+    for n_valid in [8, 3, 8, 5, 8, 8, 1, 8]:
+        f = torch.randn(VERIFY_ROWS, feat, generator=gen)
+        f[n_valid:] = float("nan")
+        positions = torch.arange(committed, committed + VERIFY_ROWS)
+        nv = torch.tensor([n_valid])
+        with torch.no_grad():
+            if d.memory != "off":
+                ctx["ssm_state"], ctx["conv_state"] = drafter.state_commit(f, nv, ctx["ssm_state"], ctx["conv_state"])
+            ctx["win_k"], ctx["win_v"], ctx["win_pos"] = drafter.window_shift(f, positions, nv, ctx["win_k"],
+                                                                              ctx["win_v"], ctx["win_pos"])
+        committed += n_valid
+        states.append((committed, {k: v.clone() for k, v in ctx.items()}))
+    cases = {name: [] for name in specs}
+    for i, (pos, st) in enumerate(states[2::2]):
+        f = torch.randn(VERIFY_ROWS, feat, generator=gen)
+        n_valid = [0, 3, 8][i % 3]
+        f[n_valid:] = float("nan")
+        nv = torch.tensor([n_valid])
+        token = torch.randint(0, d.vocab_size, (1,), generator=gen)
+        state = (st["ssm_state"],) if d.memory != "off" else ()
+        cases["draft_read"].append((token, torch.tensor([pos]), st["win_k"], st["win_v"], st["win_pos"], *state))
+        cases["window_shift"].append((f, torch.arange(pos, pos + VERIFY_ROWS), nv, st["win_k"], st["win_v"],
+                                      st["win_pos"]))
+        if "state_commit" in cases:
+            cases["state_commit"].append((f, nv, st["ssm_state"], st["conv_state"]))
+    t = target.cfg
+    for name, spec in specs.items():
+        if spec.model != "target":
+            continue
+        rows = spec.inputs[0].shape[0]
+        for start, n_valid in ((0, rows), (min(37, max_context - rows), max(1, rows // 2)),
+                               (max(0, max_context - rows - 5), 1)):
+            k = torch.randn(t.num_layers, t.num_kv_heads, max_context, t.head_dim, generator=gen)
+            v = torch.randn(t.num_layers, t.num_kv_heads, max_context, t.head_dim, generator=gen)
+            tokens = torch.randint(0, t.vocab_size, (rows,), generator=gen)
+            cases[name].append((tokens, torch.arange(start, start + rows), torch.tensor([n_valid]), k, v))
+    return cases
+
+
+def _compare(spec, name, backend, got, expected) -> list[Check]:
+    checks = []
+    for out_spec, g, e in zip(spec.outputs, got, expected):
+        e = e.numpy()
+        if tuple(g.shape) != tuple(out_spec.shape) or str(g.dtype) != out_spec.dtype:
+            checks.append(Check(name, out_spec.name, backend, float("inf"), 0.0, False))
+            continue
+        tol = 0.0 if out_spec.dtype == "int64" else spec.tolerance(out_spec.name)
+        diff = float(np.abs(g.astype(np.float64) - e.astype(np.float64)).max()) if g.size else 0.0
+        checks.append(Check(name, out_spec.name, backend, diff, tol, bool(diff <= tol)))
+    return checks
+
+
+def validate(folder: str | Path, target_override: str | None = None, atol: float | None = None,
+             backends: tuple[str, ...] | None = None, seed: int = 1234) -> list[Check]:
+    from ..runtime_py.backends import open_graphs
+
+    folder = Path(folder)
+    manifest = load_manifest(folder)
+    target, drafter = load_eager(folder, manifest, target_override)
+    specs = graph_specs(target, drafter, manifest["max_context"], manifest["prefill_chunk"])
+    # names first, then shapes and dtypes: the export must declare exactly what the code does
+    for name, spec in specs.items():
+        declared = manifest["graphs"].get(name)
+        if declared is None:
+            raise ArtifactError(f"{folder}: graph {name!r} is missing from the manifest")
+        for kind in ("inputs", "outputs"):
+            mine = [t.to_json() for t in getattr(spec, kind)]
+            if declared[kind] != mine:
+                raise ArtifactError(f"{folder}: graph {name!r} {kind} in the manifest differ from the model's")
+    if set(manifest["graphs"]) != set(specs):
+        raise ArtifactError(f"{folder}: manifest has graphs {sorted(manifest['graphs'])}, expected {sorted(specs)}")
+    if atol is not None:
+        specs = {n: dataclasses.replace(s, atol=atol, state_atol=atol) for n, s in specs.items()}
+    kinds = backends or tuple(k for k, key in (("onnxruntime", "onnx"), ("executorch", "pte"))
+                              if any(g.get(key) for g in manifest["graphs"].values()))
+    cases = validation_cases(specs, target, drafter, seed)
+    checks = []
+    for kind in kinds:
+        graphs = open_graphs(kind, folder, manifest)
+        for name, spec in specs.items():
+            for inputs in cases[name]:
+                with torch.no_grad():
+                    expected = _graph_eager(name, target, drafter, inputs)
+                got = graphs.run(name, [x.numpy() for x in inputs])
+                checks.extend(_compare(spec, name, kind, got, expected))
+    return checks
+
+
+def _graph_eager(name, target, drafter, inputs):
+    from .graphs import DraftRead, StateCommit, TargetStep, WindowShift
+
+    module = {"draft_read": DraftRead, "state_commit": StateCommit, "window_shift": WindowShift}.get(name)
+    return (module(drafter) if module else TargetStep(target))(*inputs)
+
+
+def summarize(checks: list[Check]) -> list[Check]:
+    """One row per (graph, output, backend): the worst case."""
+    worst: dict[tuple, Check] = {}
+    for c in checks:
+        key = (c.graph, c.output, c.backend)
+        if key not in worst or (c.ok, -c.max_diff) < (worst[key].ok, -worst[key].max_diff):
+            worst[key] = c
+    return list(worst.values())
+
+
+def format_table(rows: list[Check]) -> str:
+    lines = [f"{'graph':<15} {'output':<16} {'backend':<12} {'max abs diff':>12} {'tolerance':>10}  ok"]
+    for c in rows:
+        lines.append(f"{c.graph:<15} {c.output:<16} {c.backend:<12} {c.max_diff:>12.3g} {c.tolerance:>10.1g}  "
+                     f"{'yes' if c.ok else 'NO'}")
+    return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""Export: static-shape graphs in both formats, the manifest, validation, and tampering."""
+
+import json
+import shutil
+
+import onnx
+import pytest
+import torch
+
+from hf_models import save_hf_model
+from hyflash.cli import main
+from hyflash.export.manifest import ArtifactError, load_manifest
+from hyflash.export.validate import summarize, validate
+from hyflash.models.drafter import Drafter, DrafterConfig
+from hyflash.models.loading import load_target
+from hyflash.train.drafter import save_drafter, target_info
+
+CONTEXT, CHUNK = 96, 16
+
+
+def _export(target_dir, drafter, out, fmt):
+    args = ["export", "--target", str(target_dir), "--drafter", str(drafter), "--out", str(out), "--format", fmt,
+            "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24"]
+    assert main(args) == 0
+    return out
+
+
+def _random_drafter_folder(target_dir, folder, **overrides):
+    target = load_target(target_dir)
+    torch.manual_seed(5)
+    drafter = Drafter.for_target(target, DrafterConfig.for_target(
+        target, ssm_heads=2, ssm_head_dim=16, d_state=16, markov_rank=8, **overrides))
+    with torch.no_grad():
+        for p in drafter.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    save_drafter(drafter, folder, target_info(target))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def qwen3_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen3")
+    save_hf_model("qwen3", folder)
+    (folder / "tokenizer.json").write_text("{}")  # copied into the export; content irrelevant here
+    return folder
+
+
+@pytest.fixture(scope="session")
+def both_formats(qwen3_dir, tmp_path_factory):
+    """The one export in the fast suite that lowers to .pte too (random mamba2 drafter)."""
+    return _export(qwen3_dir, "random", tmp_path_factory.mktemp("exp") / "both", "both")
+
+
+@pytest.fixture(scope="session")
+def onnx_exports(qwen3_dir, tmp_path_factory):
+    out = {}
+    for memory in ("gated_deltanet", "off"):
+        base = tmp_path_factory.mktemp(memory)
+        drafter = _random_drafter_folder(qwen3_dir, base / "drafter", memory=memory)
+        out[memory] = _export(qwen3_dir, drafter, base / "export", "onnx")
+    return out
+
+
+def test_manifest_and_graph_contracts(both_formats):
+    manifest = load_manifest(both_formats)
+    assert manifest["format_version"] == 1 and manifest["drafter"]["name"] == "random"
+    assert set(manifest["graphs"]) == {"draft_read", "state_commit", "window_shift", "target_prefill",
+                                       "target_verify", "target_decode"}
+    assert manifest["max_context"] == CONTEXT and manifest["window"] == 24 and manifest["block"] == 7
+    for name, graph in manifest["graphs"].items():
+        model = onnx.load(both_formats / graph["onnx"], load_external_data=False)
+        for value in list(model.graph.input) + list(model.graph.output):
+            dims = value.type.tensor_type.shape.dim
+            assert all(d.HasField("dim_value") for d in dims), (name, value.name)
+        assert [i.name for i in model.graph.input] == [t["name"] for t in graph["inputs"]]
+        assert [o.name for o in model.graph.output] == [t["name"] for t in graph["outputs"]]
+    commit = manifest["graphs"]["state_commit"]
+    shapes = {t["name"]: t["shape"] for t in commit["inputs"] + commit["outputs"]}
+    assert shapes["ssm_state"] == shapes["ssm_state_out"] and shapes["conv_state"] == shapes["conv_state_out"]
+    read_outputs = [t["name"] for t in manifest["graphs"]["draft_read"]["outputs"]]
+    assert read_outputs == ["draft_tokens", "draft_logits", "confidence"]
+    # weights stored once per model: one shared external-data file each
+    assert sorted(p.name for p in (both_formats / "onnx").glob("*.weights")) == ["drafter.weights", "target.weights"]
+
+
+def test_pte_programs_load_with_their_methods(both_formats):
+    from executorch.runtime import Runtime
+
+    runtime = Runtime.get()
+    methods = {f: set(runtime.load_program(str(both_formats / f)).method_names) for f in ("drafter.pte", "target.pte")}
+    assert methods == {"drafter.pte": {"draft_read", "state_commit", "window_shift"},
+                       "target.pte": {"target_prefill", "target_verify", "target_decode"}}
+
+
+def test_validate_both_backends(both_formats):
+    rows = summarize(validate(both_formats))
+    assert {r.backend for r in rows} == {"onnxruntime", "executorch"}
+    bad = [r for r in rows if not r.ok]
+    assert not bad, bad
+    assert len(rows) == 2 * 20
+
+
+@pytest.mark.parametrize("memory", ["gated_deltanet", "off"])
+def test_validate_memory_variants(onnx_exports, memory):
+    manifest = load_manifest(onnx_exports[memory])
+    assert ("state_commit" in manifest["graphs"]) == (memory != "off")
+    draft_inputs = [t["name"] for t in manifest["graphs"]["draft_read"]["inputs"]]
+    assert ("ssm_state" in draft_inputs) == (memory != "off")
+    rows = summarize(validate(onnx_exports[memory]))
+    assert rows and all(r.ok for r in rows), [r for r in rows if not r.ok]
+
+
+def test_validate_fails_loudly_on_a_wrong_graph(onnx_exports, tmp_path, capsys):
+    """Swap in a graph that computes something else (checksums updated): validation must fail, exit 1."""
+    broken = tmp_path / "broken"
+    shutil.copytree(onnx_exports["off"], broken)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    model = onnx.load(broken / "onnx" / "target_decode.onnx", load_external_data=False)
+    for init in model.graph.initializer:
+        if init.name.endswith("norm.weight") and init.raw_data:
+            init.raw_data = bytes(len(init.raw_data))  # zero a norm: the logits change
+            break
+    onnx.save(model, broken / "onnx" / "target_decode.onnx")
+    from hyflash.export.manifest import sha256
+
+    manifest["files"]["onnx/target_decode.onnx"] = sha256(broken / "onnx" / "target_decode.onnx")
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["validate", str(broken)]) == 1
+    err = capsys.readouterr().err
+    assert "target_decode" in err and "out of tolerance" in err
+
+
+@pytest.mark.parametrize("rel", ["onnx/draft_read.onnx", "onnx/target.weights", "drafter.pte", "target.pte",
+                                 "drafter/model.safetensors", "tokenizer.json"])
+def test_flipped_byte_is_refused(both_formats, tmp_path, rel, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(both_formats, copy)
+    path = copy / rel
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="sha256"):
+        load_manifest(copy)
+    assert main(["validate", str(copy)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and rel.split("/")[-1] in err and "sha256" in err
+
+
+def test_existing_out_needs_force(qwen3_dir, tmp_path, capsys):
+    out = tmp_path / "exists"
+    out.mkdir()
+    (out / "keep.txt").write_text("user data")
+    args = ["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "onnx",
+            "--max-context", "32", "--prefill-chunk", "8"]
+    assert main(args) == 2
+    assert "--force" in capsys.readouterr().err and (out / "keep.txt").read_text() == "user data"
+    assert main(args + ["--force"]) == 0
+    assert not (out / "keep.txt").exists() and (out / "manifest.json").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["exists"]  # no partial or old folders left
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["llama", "mistral", "qwen2", "phi3", "phi3-longrope-partial"])
+def test_other_architectures_both_formats(variant, tmp_path):
+    save_hf_model(variant, tmp_path / "target")
+    out = _export(tmp_path / "target", "random", tmp_path / "export", "both")
+    rows = summarize(validate(out))
+    assert all(r.ok for r in rows), [r for r in rows if not r.ok]
