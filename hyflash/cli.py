@@ -78,6 +78,77 @@ def cmd_validate(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- generate
+
+def _prompt_ids(args, tokenizer) -> list[int]:
+    if args.prompt_ids is not None:
+        try:
+            return [int(t) for t in args.prompt_ids.split(",") if t.strip()]
+        except ValueError:
+            raise CliError(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}") from None
+    if args.prompt_file is not None:
+        try:
+            text = Path(args.prompt_file).read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            raise CliError(f"{args.prompt_file}: no such file") from None
+        except UnicodeDecodeError:
+            raise CliError(f"{args.prompt_file}: not valid UTF-8 text") from None
+    else:
+        text = args.prompt
+    if tokenizer is None:
+        raise CliError("this export has no tokenizer.json; pass --prompt-ids")
+    return tokenizer.encode(text).ids
+
+
+def _tokenizer(folder: Path):
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # the tokenizers library raises its own exception type
+        raise CliError(f"{path}: not a readable tokenizer ({str(e).splitlines()[0]})") from None
+
+
+def cmd_generate(args) -> int:
+    from .runtime_py.loop import GenerationConfig, Runtime, Stats
+    from .runtime_py.sampling import Sampling
+
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=Sampling(args.temperature, args.top_p),
+                           seed=args.seed, ignore_eos=args.ignore_eos,
+                           draft="none" if args.no_draft else args.draft)
+    runtime = Runtime(args.folder, args.backend, args.threads)
+    tokenizer = _tokenizer(args.folder)
+    prompt = _prompt_ids(args, tokenizer)
+    stats = Stats()
+    stream = sys.stderr if args.json else sys.stdout
+    text, shown = "", 0
+    for new in runtime.generate(prompt, cfg, stats):
+        if tokenizer is None:
+            print(" ".join(map(str, new)), end=" ", file=stream, flush=True)
+            continue
+        text = tokenizer.decode(stats.tokens)
+        hit = min((text.find(s, max(0, shown - len(s))) for s in args.stop if s in text), default=-1)
+        if hit >= 0:
+            text = text[:hit]
+            stats.stop_reason = "stop string"
+        print(text[shown:], end="", file=stream, flush=True)
+        shown = len(text)
+        if hit >= 0:
+            break
+    print(file=stream)
+    result = {**stats.to_json(), "text": text if tokenizer else None, "backend": args.backend,
+              "draft": cfg.draft}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"[{len(stats.tokens)} tokens, {stats.rounds} rounds, tau {stats.acceptance_length:.2f}, "
+              f"{stats.tokens_per_s:.1f} tokens/s; stop: {stats.stop_reason}]", file=sys.stderr)
+    return 0
+
+
 # ---------------------------------------------------------------- reference training
 
 def cmd_corpus(args) -> int:
@@ -169,6 +240,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=_positive(float), default=None, help="override every tolerance")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("generate", help="run the speculative loop on an export")
+    p.add_argument("folder", type=Path)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-file", type=Path)
+    src.add_argument("--prompt-ids", help="comma-separated token ids")
+    p.add_argument("--max-new-tokens", type=_positive(), default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--backend", choices=["onnxruntime", "executorch"], default="onnxruntime")
+    p.add_argument("--draft", choices=["model", "prompt-lookup"], default="model")
+    p.add_argument("--no-draft", action="store_true", help="target-only decoding (the baseline)")
+    p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("corpus", help="write the stdlib corpus and its train/held-out split")
     p.add_argument("--out", type=Path, default=Path("data/corpus"))

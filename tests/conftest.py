@@ -22,3 +22,39 @@ def hf_checkpoint(tmp_path_factory):
             cache[variant] = (folder, save_hf_model(variant, folder))
         return cache[variant]
     return get
+
+
+CONTEXT, CHUNK = 96, 16
+
+
+def export_folder(target_dir, drafter, out, fmt):
+    from hyflash.cli import main
+
+    args = ["export", "--target", str(target_dir), "--drafter", str(drafter), "--out", str(out), "--format", fmt,
+            "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24"]
+    assert main(args) == 0
+    return out
+
+
+def word_tokenizer(vocab_size: int):
+    """A real tokenizer.json for the tiny models: word i is "w{i}"."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab_size)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    return tok
+
+
+@pytest.fixture(scope="session")
+def qwen3_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen3")
+    save_hf_model("qwen3", folder)
+    word_tokenizer(96).save(str(folder / "tokenizer.json"))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def both_formats(qwen3_dir, tmp_path_factory):
+    """The one export in the fast suite that lowers to .pte too (random mamba2 drafter)."""
+    return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("exp") / "both", "both")

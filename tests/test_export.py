@@ -15,14 +15,7 @@ from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import load_target
 from hyflash.train.drafter import save_drafter, target_info
 
-CONTEXT, CHUNK = 96, 16
-
-
-def _export(target_dir, drafter, out, fmt):
-    args = ["export", "--target", str(target_dir), "--drafter", str(drafter), "--out", str(out), "--format", fmt,
-            "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24"]
-    assert main(args) == 0
-    return out
+from conftest import CHUNK, CONTEXT, export_folder as _export
 
 
 def _random_drafter_folder(target_dir, folder, **overrides):
@@ -35,20 +28,6 @@ def _random_drafter_folder(target_dir, folder, **overrides):
             p.add_(0.1 * torch.randn_like(p))
     save_drafter(drafter, folder, target_info(target))
     return folder
-
-
-@pytest.fixture(scope="session")
-def qwen3_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("qwen3")
-    save_hf_model("qwen3", folder)
-    (folder / "tokenizer.json").write_text("{}")  # copied into the export; content irrelevant here
-    return folder
-
-
-@pytest.fixture(scope="session")
-def both_formats(qwen3_dir, tmp_path_factory):
-    """The one export in the fast suite that lowers to .pte too (random mamba2 drafter)."""
-    return _export(qwen3_dir, "random", tmp_path_factory.mktemp("exp") / "both", "both")
 
 
 @pytest.fixture(scope="session")
