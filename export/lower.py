@@ -73,7 +73,7 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, quantize=Non
     for spec in specs:
         module = graph_module(spec, target, drafter)
         if quantize is not None:
-            module = quantize(module)
+            module = quantize(module)  # returns a quantized copy: the eager models stay fp32
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             programs[spec.name] = torch.export.export(module, example_inputs(spec), strict=False)

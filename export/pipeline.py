@@ -24,6 +24,7 @@ from ..train.drafter import save_drafter, target_info
 from .graphs import graph_specs
 from .lower import export_onnx_proto, export_pte, save_onnx_models
 from .manifest import FORMAT_VERSION, file_hashes, sha256, write_json_atomic
+from .quantize import DRAFTER_MODES, TARGET_MODES, quantize_module, quantize_onnx
 
 FORMATS = ("onnx", "pte")
 
@@ -37,6 +38,8 @@ class ExportConfig:
     window: int | None = None  # None: the drafter's own (random: 128, or 256 for hidden >= 2048)
     max_context: int | None = None  # None: min(max_position_embeddings, 4096)
     prefill_chunk: int = 64
+    quantize: str = "none"  # the drafter: none | int8 | int4
+    quantize_target: str = "none"  # none | int4 (forms that keep the rows of a block independent)
     seed: int = 0
     force: bool = False
 
@@ -48,6 +51,13 @@ class ExportConfig:
             raise ValueError(f"--prefill-chunk must be >= 1, got {self.prefill_chunk}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be >= 1, got {self.window}")
+        if self.quantize not in DRAFTER_MODES:
+            raise ValueError(f"--quantize must be one of {', '.join(DRAFTER_MODES)}, got {self.quantize!r}")
+        if self.quantize_target not in TARGET_MODES:
+            raise ValueError(f"--quantize-target must be one of {', '.join(TARGET_MODES)}, got {self.quantize_target!r}")
+
+    def mode(self, model: str) -> str:
+        return self.quantize if model == "drafter" else self.quantize_target
 
 
 def load_models(target_dir: Path, drafter_src: str, window: int | None, seed: int) -> tuple[Target, Drafter]:
@@ -102,7 +112,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
             if label == "drafter weights":
                 save_drafter(drafter, tmp / "drafter", target_info(target), dtype=torch.float32)
             elif label.startswith("onnx ") and key:
-                protos[key] = export_onnx_proto(specs[key], target, drafter)
+                protos[key] = quantize_onnx(export_onnx_proto(specs[key], target, drafter), cfg.mode(specs[key].model))
             elif label == "onnx weights":
                 for model in ("drafter", "target"):
                     names = {n: protos[n] for n in specs if specs[n].model == model}
@@ -110,7 +120,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                         graphs[name]["onnx"] = rel
             else:
                 group = [s for s in specs.values() if s.model == key]
-                export_pte(group, target, drafter, tmp / f"{key}.pte")
+                mode = cfg.mode(key)
+                export_pte(group, target, drafter, tmp / f"{key}.pte", quantize=lambda m: quantize_module(m, mode))
                 for s in group:
                     graphs[s.name]["pte"] = {"file": f"{key}.pte", "method": s.name}
         if (target_dir / "tokenizer.json").is_file():
@@ -160,7 +171,11 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
                     "config": d.to_dict()},
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
         "prefill_chunk": cfg.prefill_chunk,
-        "quantization": {"drafter": "none", "target": "none"},
+        "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
+                         "onnx": {"int8": "dynamic int8 (MatMulInteger)", "int4": "MatMulNBits, weight-only, group 32",
+                                  "none": "fp32"},
+                         "pte": {"int8": "8da8w (torchao, XNNPACK)", "int4": "8da4w, group 32 (torchao, XNNPACK)",
+                                 "none": "fp32"}},
         "memory": {"kind": d.memory, **d.context_bytes(max_context, kv_bytes=4, state_bytes=4),
                    "target_kv_bytes": 2 * target.cfg.num_layers * target.cfg.num_kv_heads * max_context
                    * target.cfg.head_dim * 4},

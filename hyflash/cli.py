@@ -46,8 +46,8 @@ def cmd_export(args) -> int:
 
     formats = ("onnx", "pte") if args.format == "both" else (args.format,)
     cfg = ExportConfig(target=args.target, drafter=args.drafter, out=args.out, formats=formats, window=args.window,
-                       max_context=args.max_context, prefill_chunk=args.prefill_chunk, seed=args.seed,
-                       force=args.force)
+                       max_context=args.max_context, prefill_chunk=args.prefill_chunk, quantize=args.quantize,
+                       quantize_target=args.quantize_target, seed=args.seed, force=args.force)
     manifest = export(cfg, progress=not args.json)
     summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
                "max_context": manifest["max_context"], "window": manifest["window"],
@@ -63,7 +63,7 @@ def cmd_export(args) -> int:
 def cmd_validate(args) -> int:
     from .export.validate import format_table, summarize, validate
 
-    rows = summarize(validate(args.folder, args.target, args.atol))
+    rows = summarize(validate(args.folder, args.target, args.atol, min_agreement=args.min_agreement))
     failed = [r for r in rows if not r.ok]
     if args.json:
         print(json.dumps({"ok": not failed, "checks": [r.__dict__ for r in rows]}))
@@ -71,9 +71,11 @@ def cmd_validate(args) -> int:
         print(format_table(rows))
         print(f"{len(rows) - len(failed)}/{len(rows)} outputs within tolerance")
     if failed:
-        worst = max(failed, key=lambda r: r.max_diff)
-        print(f"hyflash validate: error: {len(failed)} outputs out of tolerance; worst {worst.graph}.{worst.output} "
-              f"on {worst.backend}: {worst.max_diff:.3g} > {worst.tolerance:.1g}", file=sys.stderr)
+        worst = failed[0]
+        what = (f"agreement {worst.max_diff:.1%} < {worst.tolerance:.0%}" if worst.kind == "agreement"
+                else f"{worst.max_diff:.3g} > {worst.tolerance:.1g}")
+        print(f"hyflash validate: error: {len(failed)} outputs out of tolerance; {worst.graph}.{worst.output} "
+              f"on {worst.backend}: {what}", file=sys.stderr)
         return 1
     return 0
 
@@ -229,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=_positive(), default=None)
     p.add_argument("--max-context", type=_positive(), default=None)
     p.add_argument("--prefill-chunk", type=_positive(), default=64)
+    p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none", help="the drafter")
+    p.add_argument("--quantize-target", choices=["none", "int4"], default="none")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--json", action="store_true")
@@ -238,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", type=Path)
     p.add_argument("--target", default=None, help="target folder, if it moved since export")
     p.add_argument("--atol", type=_positive(float), default=None, help="override every tolerance")
+    p.add_argument("--min-agreement", type=float, default=0.9,
+                   help="quantized graphs: least token agreement with fp32 that passes")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
 

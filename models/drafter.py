@@ -228,15 +228,19 @@ class Drafter(nn.Module):
         for i, layer in enumerate(self.layers):
             k_ctx = win_k[i].transpose(0, 1)[None]  # (1, kvh, W, hd)
             v_ctx = win_v[i].transpose(0, 1)[None]
-            read = (lambda x, i=i: layer.mem.read(ssm_state[i], x[0])[None]) if layer.mem is not None else None
+            # every linear sees a 3-D input: exported as MatMul, which onnxruntime's int4 quantizer
+            # handles (a 2-D input becomes Gemm, which MatMulNBitsQuantizer silently skips)
+            read = (lambda x, i=i: layer.mem.read(ssm_state[i:i + 1], x)) if layer.mem is not None else None
             h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
-        base, conf = self.readout(h[0])  # (7, V), (7,)
+        base, conf = self.readout(h)
+        base = base[0]  # (7, V)
+        conf = conf[0] if conf is not None else None  # (7,)
         # the Markov chain, unrolled: slot k's bias comes from slot k-1's token (the anchor for slot 1)
         prev, tokens, logits = anchor_token, [], []
         for k in range(cfg.block):
             lk = base[k]
             if cfg.markov_rank:
-                lk = lk + self.markov(prev)[0]
+                lk = lk + self.markov(prev[None])[0, 0]
             prev = lk.argmax(-1, keepdim=True)
             tokens.append(prev)
             logits.append(lk)

@@ -1,0 +1,79 @@
+"""Quantization with the libraries that do it: onnxruntime's quantizers and torchao.
+
+- drafter `int8`: ONNX dynamic int8 (MatMulInteger); `.pte` 8da8w (int8 weights, per-token int8
+  activations), through torchao and XNNPACK.
+- drafter `int4`: ONNX MatMulNBits (weight-only, group-wise); `.pte` 8da4w.
+- target `int4`: the same two forms. Both keep the rows of a block independent (weight-only, or
+  per-token activation scales), so verifying 8 rows gives each row what decoding it alone would.
+  Dynamic int8 has per-tensor activation scales that couple rows: never used for the target.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from pathlib import Path
+
+from torch import nn
+
+DRAFTER_MODES = ("none", "int8", "int4")
+TARGET_MODES = ("none", "int4")
+GROUP = 32  # int4 group size (weights are quantized in groups of 32 input channels)
+
+
+def quantize_onnx(proto, mode: str):
+    """An in-memory onnx.ModelProto -> its quantized form (also in memory)."""
+    import onnx
+
+    if mode == "none":
+        return proto
+    if mode == "int4":
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        quantizer = MatMulNBitsQuantizer(proto, block_size=GROUP, is_symmetric=True)
+        quantizer.process()
+        return quantizer.model.model
+    if mode == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with tempfile.TemporaryDirectory() as tmp:
+            src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
+            onnx.save_model(proto, src)
+            quantize_dynamic(src, dst, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
+            return onnx.load(dst)
+    raise ValueError(f"unknown quantization {mode!r}")
+
+
+def quantize_module(module: nn.Module, mode: str) -> nn.Module:
+    """A copy of `module` with its Linear layers quantized by torchao for XNNPACK (8da8w / 8da4w)."""
+    if mode == "none":
+        return module
+    from torchao.quantization import quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    import torch
+
+    module = copy.deepcopy(module)
+    if mode == "int4":
+        from torchao.quantization import Int8DynamicActivationIntxWeightConfig
+
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP))
+        # the group must divide the input size (torchao asserts otherwise): such layers stay fp32
+        quantize_(module, config, filter_fn=lambda m, _: isinstance(m, nn.Linear) and m.in_features % GROUP == 0)
+    elif mode == "int8":
+        from torchao.quantization import Int8DynamicActivationIntxWeightConfig
+
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+        quantize_(module, config, filter_fn=lambda m, _: isinstance(m, nn.Linear))
+    else:
+        raise ValueError(f"unknown quantization {mode!r}")
+    return module
+
+
+def quantized_op_counts(proto) -> dict[str, int]:
+    """How many quantized nodes a graph holds (the tests assert these are really there)."""
+    counts: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.op_type in ("MatMulNBits", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"):
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts

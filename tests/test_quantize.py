@@ -1,0 +1,78 @@
+"""Quantized exports: the quantized nodes are really there, agreement is measured and judged, and a
+quantized target still gives speculative output identical to its own target-only output."""
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import CHUNK, CONTEXT
+from hyflash.cli import main
+from hyflash.export.quantize import quantized_op_counts
+from hyflash.export.validate import summarize, validate
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+
+
+def _export(qwen3_dir, out, quantize, quantize_target="none", fmt="onnx"):
+    args = ["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", fmt,
+            "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24",
+            "--quantize", quantize, "--quantize-target", quantize_target]
+    assert main(args) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def int8_drafter_int4_target(qwen3_dir, tmp_path_factory):
+    return _export(qwen3_dir, tmp_path_factory.mktemp("q") / "int8", "int8", "int4")
+
+
+def _ops(folder, graph):
+    return quantized_op_counts(onnx.load(folder / "onnx" / f"{graph}.onnx", load_external_data=False))
+
+
+def test_quantized_nodes_are_present(int8_drafter_int4_target, qwen3_dir, tmp_path):
+    for graph in ("draft_read", "state_commit", "window_shift"):
+        assert _ops(int8_drafter_int4_target, graph).get("MatMulInteger", 0) > 0, graph
+    for graph in ("target_prefill", "target_verify", "target_decode"):
+        ops = _ops(int8_drafter_int4_target, graph)
+        assert ops.get("MatMulNBits", 0) > 0 and "MatMulInteger" not in ops, graph  # rows stay independent
+    int4 = _export(qwen3_dir, tmp_path / "int4", "int4")
+    assert _ops(int4, "draft_read").get("MatMulNBits", 0) >= 10
+    assert not _ops(int4, "target_verify")  # the target stays fp32 unless asked
+    onnx_bytes = {p.name: p.stat().st_size for p in (int4 / "onnx").glob("*.weights")}
+    fp32_bytes = {p.name: p.stat().st_size for p in (int8_drafter_int4_target / "onnx").glob("*.weights")}
+    assert onnx_bytes["target.weights"] > fp32_bytes["target.weights"]  # int4 target weights are smaller
+
+
+def test_agreement_is_measured_and_judged(int8_drafter_int4_target, capsys):
+    rows = summarize(validate(int8_drafter_int4_target, min_agreement=0.5))
+    agreement = {(r.graph, r.output): r for r in rows if r.kind == "agreement"}
+    assert set(agreement) == {("draft_read", "draft_tokens"), ("target_prefill", "argmax(logits)"),
+                              ("target_verify", "argmax(logits)"), ("target_decode", "argmax(logits)")}
+    assert all(0.5 <= r.max_diff <= 1.0 and r.ok for r in agreement.values())
+    assert main(["validate", str(int8_drafter_int4_target), "--min-agreement", "1.01"]) == 1
+    assert "agreement" in capsys.readouterr().err
+
+
+def test_int4_target_speculative_equals_its_target_only(int8_drafter_int4_target):
+    runtime = Runtime(int8_drafter_int4_target)
+    prompt = np.random.default_rng(5).integers(3, 96, 19).tolist()
+    out = {}
+    for draft in ("model", "none", "prompt-lookup"):
+        stats = Stats()
+        out[draft] = [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=40, ignore_eos=True,
+                                                                             draft=draft), stats) for t in new]
+    assert out["model"] == out["none"] == out["prompt-lookup"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_quantized_pte(qwen3_dir, tmp_path, quantize):
+    out = _export(qwen3_dir, tmp_path / quantize, quantize, "int4", fmt="pte")
+    rows = summarize(validate(out, min_agreement=0.5))
+    assert all(r.ok for r in rows) and {r.backend for r in rows} == {"executorch"}
+    runtime = Runtime(out, "executorch")
+    prompt = [4, 8, 15, 16, 23, 42]
+    a = [t for n in runtime.generate(prompt, GenerationConfig(max_new_tokens=30, ignore_eos=True)) for t in n]
+    b = [t for n in runtime.generate(prompt, GenerationConfig(max_new_tokens=30, ignore_eos=True, draft="none"))
+         for t in n]
+    assert a == b
