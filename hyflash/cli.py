@@ -151,6 +151,22 @@ def cmd_generate(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- memory
+
+def cmd_memory(args) -> int:
+    from .budget import budget, format_budget, target_from
+
+    sources = [x for x in (args.preset, args.artifacts, args.target) if x]
+    if len(sources) != 1:
+        raise CliError("give exactly one of --preset, --artifacts, --target")
+    cfg, overrides, default_context = target_from(args.preset, args.artifacts, args.target)
+    if args.window:
+        overrides["window"] = args.window
+    b = budget(cfg, args.context or default_context, overrides, args.kv_dtype, args.state_dtype)
+    print(json.dumps(b) if args.json else format_budget(b))
+    return 0
+
+
 # ---------------------------------------------------------------- reference training
 
 def cmd_corpus(args) -> int:
@@ -266,6 +282,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_generate)
 
+    p = sub.add_parser("memory", help="the device memory budget, from geometry")
+    p.add_argument("--preset", choices=["phi-4-reasoning", "qwen3-4b"])
+    p.add_argument("--artifacts", type=Path, help="an export folder")
+    p.add_argument("--target", help="a checkpoint folder, or 'reference'")
+    p.add_argument("--context", type=_positive(), default=None)
+    p.add_argument("--window", type=_positive(), default=None)
+    p.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    p.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_memory)
+
     p = sub.add_parser("corpus", help="write the stdlib corpus and its train/held-out split")
     p.add_argument("--out", type=Path, default=Path("data/corpus"))
     p.set_defaults(func=cmd_corpus)
@@ -313,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"hyflash {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `hyflash memory ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

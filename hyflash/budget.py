@@ -1,0 +1,111 @@
+"""`hyflash memory`: the device memory budget, computed from geometry (never typed in).
+
+Weights are counted by instantiating the models on the meta device (no memory), the target's
+KV cache and the drafter's context from their shapes, with the dtypes asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .models.config import TargetConfig
+from .models.drafter import Drafter, DrafterConfig
+from .models.target import Target
+
+GIB = 2**30
+BUDGET = 12 * GIB
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+PRESETS = {
+    "phi-4-reasoning": {"architectures": ["Phi3ForCausalLM"], "num_hidden_layers": 40, "hidden_size": 5120,
+                        "num_attention_heads": 40, "num_key_value_heads": 10, "head_dim": 128,
+                        "intermediate_size": 17920, "vocab_size": 100352, "tie_word_embeddings": False,
+                        "max_position_embeddings": 32768},
+    "qwen3-4b": {"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 36, "hidden_size": 2560,
+                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728,
+                 "vocab_size": 151936, "tie_word_embeddings": True, "max_position_embeddings": 40960},
+}
+
+
+def _counts(target_cfg: TargetConfig, drafter_overrides: dict) -> tuple[int, int, DrafterConfig]:
+    with torch.device("meta"):
+        target = Target(target_cfg)
+        dcfg = DrafterConfig.for_target(target, **drafter_overrides)
+        drafter = Drafter.for_target(target, dcfg)
+    return (sum(p.numel() for p in target.parameters()), sum(p.numel() for p in drafter.parameters()), dcfg)
+
+
+def budget(target_cfg: TargetConfig, context: int, drafter_overrides: dict, kv_dtype: str = "bf16",
+           state_dtype: str = "fp32") -> dict:
+    """Bytes of everything a device holds for speculative decoding at `context` tokens."""
+    if context < 1:
+        raise ValueError(f"--context must be positive, got {context}")
+    for name, value in (("--kv-dtype", kv_dtype), ("--state-dtype", state_dtype)):
+        if value not in DTYPE_BYTES:
+            raise ValueError(f"{name} must be one of {', '.join(DTYPE_BYTES)}, got {value!r}")
+    target_params, drafter_params, dcfg = _counts(target_cfg, drafter_overrides)
+    kv = DTYPE_BYTES[kv_dtype]
+    ctx = dcfg.context_bytes(context, kv_bytes=kv, state_bytes=DTYPE_BYTES[state_dtype])
+    out = {
+        "target_parameters": target_params, "drafter_parameters": drafter_params,
+        "target_weight_bytes": {f"{b}bit": target_params * b // 8 for b in (16, 4, 2)},
+        "drafter_weight_bytes": {f"{b}bit": drafter_params * b // 8 for b in (16, 4)},
+        "target_kv_bytes": target_cfg.kv_bytes_per_token(kv) * context,
+        "drafter_window_bytes": ctx["window_allocated"],
+        "drafter_state_bytes": ctx["state"] + ctx["conv_state"],
+        "drafter_ssm_state_bytes": ctx["state"], "drafter_conv_state_bytes": ctx["conv_state"],
+        "drafter_context_bytes": ctx["allocated"],
+        "context": context, "kv_dtype": kv_dtype, "state_dtype": state_dtype,
+        "drafter": {"memory": dcfg.memory, "window": dcfg.window_size(context), "layers": dcfg.layers,
+                    "ssm_heads": dcfg.ssm_heads, "ssm_head_dim": dcfg.ssm_head_dim, "d_state": dcfg.d_state},
+        "budget_bytes": BUDGET,
+    }
+    out["total_bytes"] = {
+        f"target {tb}, drafter {db}": out["target_weight_bytes"][tb] + out["drafter_weight_bytes"][db]
+        + out["target_kv_bytes"] + out["drafter_context_bytes"]
+        for tb in ("16bit", "4bit", "2bit") for db in ("16bit", "4bit")}
+    return out
+
+
+def target_from(preset: str | None, artifacts: Path | None, target: Path | None) -> tuple[TargetConfig, dict, int]:
+    """(target config, drafter overrides, default context) from exactly one source."""
+    if preset:
+        if preset not in PRESETS:
+            raise ValueError(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+        return TargetConfig.from_hf(PRESETS[preset]), {"window": 256}, 32768
+    if artifacts:
+        from .export.manifest import load_manifest
+
+        m = load_manifest(artifacts)
+        d = dict(m["drafter"]["config"])
+        return TargetConfig.from_hf(m["target"]["config"]), d, m["max_context"]
+    from .reference import resolve
+
+    cfg = TargetConfig.from_folder(resolve(target, "target"))
+    return cfg, {}, cfg.default_max_context()
+
+
+def _fmt(n: int) -> str:
+    return f"{n / GIB:8.2f} GiB" if n >= GIB else f"{n / 2**20:8.2f} MiB"
+
+
+def format_budget(b: dict) -> str:
+    d = b["drafter"]
+    lines = [f"context {b['context']:,} tokens, KV in {b['kv_dtype']}, state in {b['state_dtype']}; "
+             f"drafter: {d['layers']} layers, {d['memory']}, window {d['window']}, "
+             f"{d['ssm_heads']} x {d['ssm_head_dim']} x {d['d_state']} state per layer"]
+    for bits, n in b["target_weight_bytes"].items():
+        lines.append(f"  {f'target weights ({bits})':<29}{_fmt(n)}   ({b['target_parameters'] / 1e9:.2f} B parameters)")
+    lines.append(f"  {'target KV cache':<29}{_fmt(b['target_kv_bytes'])}")
+    for bits, n in b["drafter_weight_bytes"].items():
+        lines.append(f"  {f'drafter weights ({bits})':<29}{_fmt(n)}   ({b['drafter_parameters'] / 1e6:.0f} M own parameters)")
+    lines.append(f"  {'drafter window K/V':<29}{_fmt(b['drafter_window_bytes'])}")
+    lines.append(f"  {'drafter recurrent state':<29}{_fmt(b['drafter_ssm_state_bytes'])}   "
+                 f"(+ conv state {_fmt(b['drafter_conv_state_bytes']).strip()})")
+    lines.append(f"  {'drafter context, all':<29}{_fmt(b['drafter_context_bytes'])}   (constant in the context length)")
+    for label, n in b["total_bytes"].items():
+        verdict = "fits" if n <= b["budget_bytes"] else "over"
+        lines.append(f"  {'total, ' + label:<36}{_fmt(n)}   {verdict} a 12 GiB budget")
+    return "\n".join(lines)
