@@ -151,6 +151,25 @@ def cmd_generate(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- bench
+
+def cmd_bench(args) -> int:
+    from .runtime_py.bench import BenchConfig, bench, format_results, plot
+
+    try:
+        buckets = tuple(int(x) for x in args.buckets.split(","))
+    except ValueError:
+        raise CliError(f"--buckets must be comma-separated integers, got {args.buckets!r}") from None
+    cfg = BenchConfig(artifacts=tuple(args.artifacts), buckets=buckets, prompts_from=args.prompts_from,
+                      prompts_per_bucket=args.prompts_per_bucket, max_new_tokens=args.max_new_tokens,
+                      threads=args.threads)
+    report = bench(cfg, progress=not args.json)
+    if args.plot:
+        plot(report, args.plot)
+    print(json.dumps(report) if args.json else format_results(report))
+    return 0
+
+
 # ---------------------------------------------------------------- memory
 
 def cmd_memory(args) -> int:
@@ -281,6 +300,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_positive(), default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("bench", help="acceptance and speedup by context length, drafters side by side")
+    p.add_argument("artifacts", type=Path, nargs="+", help="export folders of one target")
+    p.add_argument("--buckets", default="256,512,1024,2048", help="bucket edges")
+    p.add_argument("--prompts-from", type=Path, default=None, help="a file, or a folder of .py files")
+    p.add_argument("--prompts-per-bucket", type=_positive(), default=4)
+    p.add_argument("--max-new-tokens", type=_positive(), default=64)
+    p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG of tau and speedup by context")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("memory", help="the device memory budget, from geometry")
     p.add_argument("--preset", choices=["phi-4-reasoning", "qwen3-4b"])

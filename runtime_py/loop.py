@@ -51,6 +51,7 @@ class Stats:
     decode_s: float = 0.0
     stop_reason: str = ""
     drafter_context_bytes: dict = dataclasses.field(default_factory=dict)
+    phase: str = "prefill"  # graph times are keyed "prefill/<graph>" during prefill, "<graph>" after
 
     @property
     def acceptance_length(self) -> float:
@@ -110,8 +111,9 @@ class Runtime:
     def _run(self, graph: str, inputs: list, stats: Stats) -> list[np.ndarray]:
         t = time.perf_counter()
         out = self.graphs.run(graph, inputs)
-        stats.graph_ms[graph] += (time.perf_counter() - t) * 1e3
-        stats.graph_calls[graph] += 1
+        key = graph if stats.phase == "decode" else f"prefill/{graph}"
+        stats.graph_ms[key] += (time.perf_counter() - t) * 1e3
+        stats.graph_calls[key] += 1
         return out
 
     def _reset(self) -> None:
@@ -174,6 +176,7 @@ class Runtime:
                     self._commit(feats[r:], start + r, min(8, len(ids) - r), stats)
             logits = logits[len(ids) - 1]
         stats.prefill_s = time.perf_counter() - t0
+        stats.phase = "decode"
         pos = len(prompt)  # the anchor's position: rows < pos are committed
         limit = min(self.usable_context, len(prompt) + cfg.max_new_tokens)
         anchor = choose(logits, cfg.sampling, rng)

@@ -1,0 +1,193 @@
+"""`hyflash bench`: acceptance and speed by context length, every drafter against target-only.
+
+Each ARTIFACTS folder is one export of the same target with a different drafter. For every
+prompt, the runs are interleaved in one process (target-only, drafter A, drafter B, …,
+prompt-lookup) so that machine drift hits all of them alike; speedups are per-prompt ratios,
+then the median. Every greedy speculative output is also checked against target-only output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .loop import GenerationConfig, Runtime, Stats
+
+DRAFT_GRAPHS = ("draft_read", "state_commit", "window_shift")
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    artifacts: tuple[Path, ...]
+    buckets: tuple[int, ...] = (256, 512, 1024, 2048)  # edges: [256,512), [512,1K), [1K,2K)
+    prompts_from: Path | None = None  # a file, or a folder of .py files; default: the held-out split
+    prompts_per_bucket: int = 4
+    max_new_tokens: int = 64
+    threads: int | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.artifacts:
+            raise ValueError("give at least one export folder")
+        if len(self.buckets) < 2 or list(self.buckets) != sorted(set(self.buckets)) or self.buckets[0] < 1:
+            raise ValueError(f"--buckets must be two or more increasing positive edges, got {list(self.buckets)}")
+        if self.prompts_per_bucket < 1 or self.max_new_tokens < 1:
+            raise ValueError("--prompts-per-bucket and --max-new-tokens must be positive")
+
+
+def source_texts(prompts_from: Path | None) -> list[str]:
+    if prompts_from is None:
+        from ..train.data import is_heldout, stdlib_files, stdlib_root
+
+        root = stdlib_root()
+        return [(root / rel).read_text(encoding="utf-8", errors="replace")
+                for rel in stdlib_files(root) if is_heldout(rel)]
+    path = Path(prompts_from)
+    if path.is_dir():
+        files = sorted(path.rglob("*.py"))
+        if not files:
+            raise ValueError(f"{path}: no .py files to take prompts from")
+        return [f.read_text(encoding="utf-8", errors="replace") for f in files]
+    if path.is_file():
+        return [path.read_text(encoding="utf-8", errors="replace")]
+    raise FileNotFoundError(f"{path}: no such file or folder")
+
+
+def make_prompts(tokenizer, texts: list[str], cfg: BenchConfig, limit: int) -> dict[tuple[int, int], list[list[int]]]:
+    """bucket -> prompts: the first L tokens of the texts joined in a fixed order, L drawn in the bucket."""
+    stream = []
+    for text in texts:  # a fixed order; the starting text rotates from prompt to prompt
+        stream.append(tokenizer.encode(text).ids)
+    rng = np.random.default_rng(cfg.seed)
+    out = {}
+    for lo, hi in zip(cfg.buckets, cfg.buckets[1:]):
+        hi = min(hi, limit - cfg.max_new_tokens)
+        if hi <= lo:
+            continue
+        prompts = []
+        for i in range(cfg.prompts_per_bucket):
+            length = int(rng.integers(lo, hi))
+            ids, j = [], (i * 7 + lo) % len(stream)
+            while len(ids) < length:
+                ids.extend(stream[j % len(stream)])
+                j += 1
+                if j > 10 * len(stream) and not ids:
+                    raise ValueError("the prompt texts are empty")
+            prompts.append(ids[:length])
+        out[(lo, hi)] = prompts
+    return out
+
+
+def _run(runtime: Runtime, prompt: list[int], draft: str, max_new: int) -> Stats:
+    stats = Stats()
+    for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new, draft=draft, ignore_eos=True), stats):
+        pass
+    return stats
+
+
+def bench(cfg: BenchConfig, progress: bool = True) -> dict:
+    from tokenizers import Tokenizer
+
+    runtimes = [Runtime(folder, "onnxruntime", cfg.threads) for folder in cfg.artifacts]
+    first = runtimes[0]
+    for rt in runtimes[1:]:
+        if rt.manifest["target"]["files"] != first.manifest["target"]["files"]:
+            raise ValueError(f"{rt.folder}: exported from a different target than {first.folder}; "
+                             "bench compares drafters of one target")
+        if rt.max_context != first.max_context:
+            raise ValueError(f"{rt.folder}: max_context {rt.max_context} differs from {first.max_context}")
+    tok_path = first.folder / "tokenizer.json"
+    if not tok_path.is_file():
+        raise FileNotFoundError(f"{tok_path}: bench needs the export's tokenizer to build prompts")
+    prompts = make_prompts(Tokenizer.from_file(str(tok_path)), source_texts(cfg.prompts_from), cfg,
+                           first.usable_context)
+    if not prompts:
+        raise ValueError(f"no bucket fits the usable context ({first.usable_context} tokens) with "
+                         f"--max-new-tokens {cfg.max_new_tokens}")
+    labels = [rt.manifest["drafter"]["name"] for rt in runtimes]
+    runs = [("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
+    runs.append(("prompt-lookup", first, "prompt-lookup"))
+    total = sum(len(p) for p in prompts.values()) * len(runs)
+    bar = tqdm(total=total, desc="bench", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    results, graph_ms = [], {}
+    for (lo, hi), bucket_prompts in prompts.items():
+        per = {label: [] for label, _, _ in runs}
+        for prompt in bucket_prompts:
+            baseline = None
+            for label, rt, draft in runs:  # interleaved: every prompt runs all, in one order
+                stats = _run(rt, prompt, draft, cfg.max_new_tokens)
+                if baseline is None:
+                    baseline = stats
+                elif stats.tokens != baseline.tokens:
+                    raise AssertionError(f"{label}: speculative output differs from target-only output "
+                                         f"(bucket {lo}-{hi}); this is a bug")
+                per[label].append(stats)
+                bar.update()
+        base_tps = [s.tokens_per_s for s in per["target-only"]]
+        for label, _, draft in runs:
+            st = per[label]
+            row = {"drafter": label, "bucket": f"{lo}-{hi}", "prompts": len(st),
+                   "tokens_per_s": statistics.median(s.tokens_per_s for s in st),
+                   "speedup": statistics.median(s.tokens_per_s / b for s, b in zip(st, base_tps)),
+                   "acceptance_length": (float(np.mean([s.acceptance_length for s in st])) if draft != "none"
+                                         else 1.0)}
+            if draft != "none":
+                rounds = sum(s.rounds for s in st)
+                slots = np.sum([s.accepted_per_slot for s in st], axis=0)
+                row["accepted_per_slot"] = [float(x) / rounds for x in slots]
+                ms = _graph_ms_per_round(st)
+                row["graph_ms_per_round"] = ms
+                drafting = sum(v for g, v in ms.items() if g in DRAFT_GRAPHS)
+                row["drafter_share"] = drafting / sum(ms.values()) if ms else 0.0
+                graph_ms[label] = ms
+            if draft == "model":
+                row["drafter_context_bytes"] = st[-1].drafter_context_bytes
+            results.append(row)
+    bar.close()
+    return {"results": results, "graph_ms": graph_ms,
+            "target_kv_bytes": first.k_cache.nbytes + first.v_cache.nbytes,
+            "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens}
+
+
+def _graph_ms_per_round(stats: list[Stats]) -> dict[str, float]:
+    """Decode-phase milliseconds of each graph per round (prefill and its commits left out)."""
+    rounds = sum(s.rounds for s in stats)
+    graphs = {g for s in stats for g in s.graph_ms if not g.startswith("prefill/")}
+    return {g: sum(s.graph_ms.get(g, 0.0) for s in stats) / rounds for g in sorted(graphs)} if rounds else {}
+
+
+def format_results(report: dict) -> str:
+    lines = [f"{'drafter':<14} {'bucket':<10} {'tau':>5} {'tok/s':>8} {'speedup':>8} {'draft share':>12}"]
+    for r in report["results"]:
+        share = f"{r['drafter_share']:.0%}" if "drafter_share" in r else "-"
+        lines.append(f"{r['drafter']:<14} {r['bucket']:<10} {r['acceptance_length']:>5.2f} {r['tokens_per_s']:>8.1f} "
+                     f"{r['speedup']:>7.2f}x {share:>12}")
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["results"]
+    buckets = list(dict.fromkeys(r["bucket"] for r in rows))
+    drafters = [d for d in dict.fromkeys(r["drafter"] for r in rows) if d != "target-only"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for d in drafters:
+        tau = [next(r["acceptance_length"] for r in rows if r["drafter"] == d and r["bucket"] == b) for b in buckets]
+        sp = [next(r["speedup"] for r in rows if r["drafter"] == d and r["bucket"] == b) for b in buckets]
+        ax1.plot(buckets, tau, marker="o", label=d)
+        ax2.plot(buckets, sp, marker="o", label=d)
+    ax1.set(title="acceptance length (tokens per round)", xlabel="prompt length bucket", ylabel="tau")
+    ax2.axhline(1.0, color="gray", lw=0.8)
+    ax2.set(title="speedup over target-only (median)", xlabel="prompt length bucket", ylabel="x")
+    ax1.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
