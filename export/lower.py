@@ -67,7 +67,8 @@ def save_onnx_models(protos: dict[str, object], folder: Path, weights_name: str)
 def export_pte(specs: list[GraphSpec], target, drafter, path: Path, quantize=None) -> None:
     """Several graphs -> one .pte whose methods are the graphs, lowered to XNNPACK."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
 
     programs = {}
     for spec in specs:
@@ -79,7 +80,11 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, quantize=Non
             programs[spec.name] = torch.export.export(module, example_inputs(spec), strict=False)
     with _quiet("executorch"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch()
+        # Inputs are not memory-planned: by default ExecuTorch copies every planned input (the whole
+        # K/V cache, each call) into its arena; unplanned inputs are read where the caller keeps them.
+        # Measured on target_decode with a 2 MB cache: 2.75 ms planned, 2.41 ms unplanned.
+        config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
+        program = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch(config)
     path.write_bytes(program.buffer)
 
 

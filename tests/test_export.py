@@ -141,7 +141,20 @@ def test_existing_out_needs_force(qwen3_dir, tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["llama", "mistral", "qwen2", "phi3", "phi3-longrope-partial"])
 def test_other_architectures_both_formats(variant, tmp_path):
-    save_hf_model(variant, tmp_path / "target")
+    """Each architecture: export, validate on both backends, and greedy speculative output equal to
+    target-only output and to transformers' own greedy continuation, on both backends."""
+    from hyflash.runtime_py.loop import GenerationConfig, Runtime
+
+    hf = save_hf_model(variant, tmp_path / "target")
     out = _export(tmp_path / "target", "random", tmp_path / "export", "both")
     rows = summarize(validate(out))
     assert all(r.ok for r in rows), [r for r in rows if not r.ok]
+    prompt = list(range(3, 30))
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=24, min_new_tokens=24, do_sample=False,
+                          pad_token_id=0, eos_token_id=None)[0, len(prompt):].tolist()
+    for backend in ("onnxruntime", "executorch"):
+        runtime = Runtime(out, backend)
+        for draft in ("model", "none"):
+            cfg = GenerationConfig(max_new_tokens=24, ignore_eos=True, draft=draft)
+            assert [t for new in runtime.generate(prompt, cfg) for t in new] == ref, (backend, draft)
