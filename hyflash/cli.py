@@ -151,6 +151,20 @@ def cmd_generate(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- demo
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    r = run_demo(args.max_new_tokens, progress=not args.json)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        print(f"tau {r['acceptance_length']:.2f} tokens/round; {r['tokens_per_s']:.1f} tokens/s speculative vs "
+              f"{r['target_only_tokens_per_s']:.1f} target-only: {r['speedup']:.2f}x (onnxruntime, same run)")
+    return 0
+
+
 # ---------------------------------------------------------------- bench
 
 def cmd_bench(args) -> int:
@@ -300,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_positive(), default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("demo", help="export, validate and run the embedded reference pair")
+    p.add_argument("--max-new-tokens", type=_positive(), default=96)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bench", help="acceptance and speedup by context length, drafters side by side")
     p.add_argument("artifacts", type=Path, nargs="+", help="export folders of one target")

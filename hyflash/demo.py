@@ -1,0 +1,84 @@
+"""`hyflash demo`: export the embedded reference pair (once), validate it, generate, compare.
+
+The export is cached under $XDG_CACHE_HOME/hyflash (or ~/.cache/hyflash), keyed by the weights
+and the code that exports them, so later runs skip straight to generation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+PROMPT = '''import os
+
+
+def walk_python_files(root):
+    """Yield the path of every .py file under root, sorted."""
+'''
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hyflash"
+
+
+def export_key(target: Path, drafter: Path) -> str:
+    """A digest of the reference weights and of the code that exports and runs them."""
+    from . import __version__
+
+    from . import export as export_pkg
+    from . import models as models_pkg
+
+    h = hashlib.sha256(__version__.encode())
+    roots = [Path(models_pkg.__file__).parent, Path(export_pkg.__file__).parent]
+    for folder in [target, drafter, *roots]:
+        for f in sorted(folder.glob("*")):
+            if f.is_file() and f.suffix in (".py", ".json", ".safetensors"):
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
+    from .export.manifest import load_manifest
+    from .export.pipeline import ExportConfig, export
+    from .export.validate import summarize, validate
+    from .reference import resolve
+    from .runtime_py.loop import GenerationConfig, Runtime, Stats
+
+    target, drafter = resolve("reference", "target"), resolve("reference", "drafter")
+    folder = cache_root() / f"reference-{export_key(target, drafter)}"
+    try:
+        load_manifest(folder)
+    except (OSError, ValueError):
+        say = (lambda m: print(m, file=sys.stderr)) if progress else (lambda m: None)
+        say(f"exporting the reference pair to {folder} (once)")
+        export(ExportConfig(target=target, drafter=str(drafter), out=folder, formats=("onnx",), force=True),
+               progress=progress)
+    failed = [r for r in summarize(validate(folder)) if not r.ok]
+    if failed:
+        raise RuntimeError(f"the cached export failed validation ({failed[0].graph}.{failed[0].output}); "
+                           f"delete {folder} and rerun")
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    prompt = tok.encode(PROMPT).ids
+    runtime = Runtime(folder)
+    spec, base = Stats(), Stats()
+    out = sys.stdout if progress else sys.stderr
+    print(PROMPT, end="", file=out, flush=True)
+    shown = ""
+    for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new_tokens), spec):
+        text = tok.decode(spec.tokens)
+        print(text[len(shown):], end="", file=out, flush=True)
+        shown = text
+    print(file=out)
+    for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new_tokens, draft="none"), base):
+        pass
+    if spec.tokens != base.tokens:
+        raise RuntimeError("speculative output differs from target-only output: this is a bug, please report it")
+    result = {**spec.to_json(), "text": shown, "speedup": spec.tokens_per_s / base.tokens_per_s,
+              "target_only_tokens_per_s": base.tokens_per_s, "export": str(folder)}
+    return result
