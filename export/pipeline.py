@@ -94,8 +94,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
     target.cfg.check_context(max_context)
     specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk)
 
+    _remove_stale_partials(out)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         steps = [("drafter weights", None)]
@@ -134,6 +134,24 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def _remove_stale_partials(out: Path) -> None:
+    """Partial folders of exports that were killed (their process is gone) are deleted."""
+    for partial in out.parent.glob(f".{out.name}.partial-*"):
+        pid = partial.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _replace(tmp: Path, out: Path) -> None:

@@ -262,9 +262,16 @@ def _add_train_flags(p, steps: int, batch: int, lr: float) -> None:
     p.add_argument("--threads", type=_positive(), default=None)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (naming the problem) and exit code 2."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hyflash", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="hyflash", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("inspect", help="what a checkpoint is and whether it can be exported")
     p.add_argument("--target", required=True, help="Hugging Face checkpoint folder")

@@ -107,6 +107,13 @@ def load_drafter(folder: str | Path, target: Target) -> Drafter:
     from safetensors.torch import load_file
 
     folder = Path(folder)
+    made_for = read_json_object(folder / "config.json").get("target")
+    if isinstance(made_for, dict):
+        mine = target_info(target)
+        for key in ("architecture", "num_layers", "hidden_size", "vocab_size"):
+            if key in made_for and made_for[key] != mine[key]:
+                raise ValueError(f"{folder}: the drafter was trained for a target with {key} {made_for[key]!r}; "
+                                 f"this target has {mine[key]!r}; pass the drafter's own target")
     try:
         cfg = DrafterConfig(**drafter_config_dict(folder))
     except TypeError as e:
