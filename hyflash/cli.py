@@ -251,6 +251,27 @@ def cmd_train_drafter(args) -> int:
     return 0
 
 
+def cmd_eval_target(args) -> int:
+    from .models.loading import load_target
+    from .reference import resolve
+    from .train.data import token_stream
+    from .train.evaluate import loss_by_position, plot_loss_by_position
+
+    target = load_target(resolve(args.target, "target"))
+    stream = token_stream(args.corpus, args.tokenizer, "heldout")
+    report = loss_by_position(target, stream, args.seq_len, args.windows)
+    if args.plot:
+        plot_loss_by_position(report, args.plot, {"drafter window 128": 128, "drafter training 512": 512})
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "per_position"}))
+    else:
+        print(f"held-out loss {report['loss']:.3f} nats/token, next-token accuracy {report['accuracy']:.1%} "
+              f"({report['windows']} windows of {report['seq_len']})")
+        for b in report["loss_by_position"]:
+            print(f"  positions {b['from']:>5}-{b['to']:<5} loss {b['loss']:.3f}")
+    return 0
+
+
 def _add_train_flags(p, steps: int, batch: int, lr: float) -> None:
     p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, log, final model")
     p.add_argument("--steps", type=_positive(), default=steps)
@@ -367,6 +388,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=_positive(), default=256)
     _add_train_flags(p, steps=900, batch=4, lr=2e-3)
     p.set_defaults(func=cmd_train_target)
+
+    p = sub.add_parser("eval-target", help="held-out loss by position and next-token accuracy")
+    p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")
+    p.add_argument("--corpus", type=Path, default=Path("data/corpus"))
+    p.add_argument("--tokenizer", type=Path, default=Path("data/corpus/tokenizer.json"))
+    p.add_argument("--seq-len", type=_positive(), default=2048)
+    p.add_argument("--windows", type=_positive(), default=64)
+    p.add_argument("--plot", type=Path, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval_target)
 
     p = sub.add_parser("train-drafter", help="distil a drafter from a frozen target")
     p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")

@@ -76,3 +76,13 @@ def test_ddp_two_ranks_match_one_process(corpus, tmp_path):
     a, b = load_file(single / "model" / "model.safetensors"), load_file(ddp / "model" / "model.safetensors")
     for k in a:
         assert torch.allclose(a[k].float(), b[k].float(), atol=2e-2), k  # bf16 files: rounding only
+
+
+def test_eval_target_reports_loss_by_position(corpus, tmp_path, capsys):
+    data, run = corpus
+    png = tmp_path / "lbp.png"
+    assert main(["eval-target", "--target", str(run / "model"), "--corpus", str(data), "--tokenizer",
+                 str(data / "tokenizer.json"), "--seq-len", "32", "--windows", "3", "--plot", str(png), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["windows"] >= 1 and 0 <= report["accuracy"] <= 1 and report["loss"] > 0
+    assert [b["to"] for b in report["loss_by_position"]][-1] == 32 and png.stat().st_size > 5000
