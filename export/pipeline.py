@@ -73,12 +73,7 @@ def load_models(target_dir: Path, drafter_src: str, window: int | None, seed: in
     folder = resolve(drafter_src, "drafter")
     raw = drafter_config_dict(folder)
     target = load_target(target_dir, tuple(raw.get("taps", ())) or None)
-    drafter = load_drafter(folder, target)
-    if window and window != drafter.cfg.window:
-        drafter.cfg = dataclasses.replace(drafter.cfg, window=window)
-        for layer in drafter.layers:
-            layer.cfg = drafter.cfg
-    return target, drafter
+    return target, load_drafter(folder, target, {"window": window} if window else None)
 
 
 def export(cfg: ExportConfig, progress: bool = True) -> dict:

@@ -102,8 +102,9 @@ def drafter_config_dict(folder: Path) -> dict:
     return raw
 
 
-def load_drafter(folder: str | Path, target: Target) -> Drafter:
-    """A drafter folder (config.json + model.safetensors) for this target; mismatches refused."""
+def load_drafter(folder: str | Path, target: Target, overrides: dict | None = None) -> Drafter:
+    """A drafter folder (config.json + model.safetensors) for this target; mismatches refused.
+    `overrides` changes run-time settings that leave the weights as they are (the window)."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -115,7 +116,7 @@ def load_drafter(folder: str | Path, target: Target) -> Drafter:
                 raise ValueError(f"{folder}: the drafter was trained for a target with {key} {made_for[key]!r}; "
                                  f"this target has {mine[key]!r}; pass the drafter's own target")
     try:
-        cfg = DrafterConfig(**drafter_config_dict(folder))
+        cfg = DrafterConfig(**{**drafter_config_dict(folder), **(overrides or {})})
     except TypeError as e:
         raise ValueError(f"{folder / 'config.json'}: not a drafter config this hyflash understands ({e})") from None
     drafter = Drafter.for_target(target, cfg)
