@@ -71,8 +71,8 @@ def load_models(target_dir: Path, drafter_src: str, window: int | None, seed: in
         drafter = Drafter.for_target(target, DrafterConfig.for_target(target, **overrides)).eval()
         return target, drafter
     folder = resolve(drafter_src, "drafter")
-    raw = drafter_config_dict(folder)
-    target = load_target(target_dir, tuple(raw.get("taps", ())) or None)
+    taps = drafter_config_dict(folder)["hyflash_drafter"].get("taps")
+    target = load_target(target_dir, tuple(taps) if taps else None)
     return target, load_drafter(folder, target, {"window": window} if window else None)
 
 
@@ -167,7 +167,6 @@ def target_record(target_dir: Path) -> dict:
 
 
 def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> dict:
-    import executorch  # noqa: F401  (versions below)
     import onnx
     import onnxruntime
 

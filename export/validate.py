@@ -16,7 +16,7 @@ import torch
 
 from ..models.loading import load_target
 from ..train.drafter import load_drafter
-from .graphs import VERIFY_ROWS, graph_specs
+from .graphs import VERIFY_ROWS, graph_module, graph_specs
 from .manifest import ArtifactError, load_manifest, sha256
 
 
@@ -164,23 +164,17 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     quant = manifest["quantization"]
     cases = validation_cases(specs, target, drafter, seed, anchors_per_state=8 if quant["drafter"] != "none" else 1)
     checks = []
+    eager = {name: graph_module(spec, target, drafter) for name, spec in specs.items()}
     for kind in kinds:
         graphs = open_graphs(kind, folder, manifest)
         for name, spec in specs.items():
             for inputs in cases[name]:
                 with torch.no_grad():
-                    expected = _graph_eager(name, target, drafter, inputs)
+                    expected = eager[name](*inputs)
                 got = graphs.run(name, [x.numpy() for x in inputs])
                 compare = _agreement if quant[spec.model] != "none" else _compare
                 checks.extend(compare(spec, name, kind, got, expected))
     return _pool_agreement(checks, min_agreement)
-
-
-def _graph_eager(name, target, drafter, inputs):
-    from .graphs import DraftRead, StateCommit, TargetStep, WindowShift
-
-    module = {"draft_read": DraftRead, "state_commit": StateCommit, "window_shift": WindowShift}.get(name)
-    return (module(drafter) if module else TargetStep(target))(*inputs)
 
 
 def summarize(checks: list[Check]) -> list[Check]:

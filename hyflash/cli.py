@@ -29,13 +29,18 @@ def _positive(kind=int):
     return parse
 
 
+def _emit(args, data: dict, text) -> None:
+    """One JSON line on stdout with --json, else the human form (`text()`, built only when needed)."""
+    print(json.dumps(data) if args.json else text())
+
+
 # ---------------------------------------------------------------- inspect
 
 def cmd_inspect(args) -> int:
     from .inspect import inspect_target, format_report
 
     report = inspect_target(args.target, args.max_context)
-    print(json.dumps(report) if args.json else format_report(report))
+    _emit(args, report, lambda: format_report(report))
     return 0 if report["supported"] else EXIT_USAGE
 
 
@@ -52,11 +57,8 @@ def cmd_export(args) -> int:
     summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
                "max_context": manifest["max_context"], "window": manifest["window"],
                "bytes": {k: (Path(args.out) / k).stat().st_size for k in manifest["files"]}}
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(f"wrote {args.out}: {len(summary['graphs'])} graphs, drafter {summary['drafter']}, "
-              f"context {summary['max_context']}, window {summary['window']}")
+    _emit(args, summary, lambda: f"wrote {args.out}: {len(summary['graphs'])} graphs, drafter "
+          f"{summary['drafter']}, context {summary['max_context']}, window {summary['window']}")
     return 0
 
 
@@ -157,11 +159,9 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
 
     r = run_demo(args.max_new_tokens, progress=not args.json)
-    if args.json:
-        print(json.dumps(r))
-    else:
-        print(f"tau {r['acceptance_length']:.2f} tokens/round; {r['tokens_per_s']:.1f} tokens/s speculative vs "
-              f"{r['target_only_tokens_per_s']:.1f} target-only: {r['speedup']:.2f}x (onnxruntime, same run)")
+    _emit(args, r, lambda: f"tau {r['acceptance_length']:.2f} tokens/round; {r['tokens_per_s']:.1f} tokens/s "
+          f"speculative vs {r['target_only_tokens_per_s']:.1f} target-only: {r['speedup']:.2f}x "
+          "(onnxruntime, same run)")
     return 0
 
 
@@ -180,7 +180,7 @@ def cmd_bench(args) -> int:
     report = bench(cfg, progress=not args.json)
     if args.plot:
         plot(report, args.plot)
-    print(json.dumps(report) if args.json else format_results(report))
+    _emit(args, report, lambda: format_results(report))
     return 0
 
 
@@ -196,7 +196,7 @@ def cmd_memory(args) -> int:
     if args.window:
         overrides["window"] = args.window
     b = budget(cfg, args.context or default_context, overrides, args.kv_dtype, args.state_dtype)
-    print(json.dumps(b) if args.json else format_budget(b))
+    _emit(args, b, lambda: format_budget(b))
     return 0
 
 

@@ -60,9 +60,9 @@ def source_texts(prompts_from: Path | None) -> list[str]:
 
 def make_prompts(tokenizer, texts: list[str], cfg: BenchConfig, limit: int) -> dict[tuple[int, int], list[list[int]]]:
     """bucket -> prompts: the first L tokens of the texts joined in a fixed order, L drawn in the bucket."""
-    stream = []
-    for text in texts:  # a fixed order; the starting text rotates from prompt to prompt
-        stream.append(tokenizer.encode(text).ids)
+    docs = [ids for ids in (tokenizer.encode(t).ids for t in texts) if ids]  # a fixed order
+    if not docs:
+        raise ValueError("the prompt texts are empty")
     rng = np.random.default_rng(cfg.seed)
     out = {}
     for lo, hi in zip(cfg.buckets, cfg.buckets[1:]):
@@ -72,12 +72,10 @@ def make_prompts(tokenizer, texts: list[str], cfg: BenchConfig, limit: int) -> d
         prompts = []
         for i in range(cfg.prompts_per_bucket):
             length = int(rng.integers(lo, hi))
-            ids, j = [], (i * 7 + lo) % len(stream)
+            ids, j = [], i * 7 + lo  # the starting text rotates from prompt to prompt
             while len(ids) < length:
-                ids.extend(stream[j % len(stream)])
+                ids.extend(docs[j % len(docs)])
                 j += 1
-                if j > 10 * len(stream) and not ids:
-                    raise ValueError("the prompt texts are empty")
             prompts.append(ids[:length])
         out[(lo, hi)] = prompts
     return out

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from hf_models import VARIANTS, save_hf_model  # noqa: E402
+from hf_models import save_hf_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

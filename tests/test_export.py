@@ -15,7 +15,7 @@ from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import load_target
 from hyflash.train.drafter import save_drafter, target_info
 
-from conftest import CHUNK, CONTEXT, export_folder as _export
+from conftest import CONTEXT, export_folder as _export
 
 
 def _random_drafter_folder(target_dir, folder, **overrides):

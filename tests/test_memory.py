@@ -2,8 +2,6 @@
 
 import json
 
-import pytest
-
 from hyflash.cli import main
 
 MIB, GIB = 2**20, 2**30

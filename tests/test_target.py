@@ -1,6 +1,5 @@
 """The target decoder against transformers itself, on tiny random checkpoints of each family."""
 
-import json
 
 import pytest
 import torch

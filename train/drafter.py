@@ -93,11 +93,12 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig, corpus: Path, toke
 
 
 def drafter_config_dict(folder: Path) -> dict:
+    """The drafter's config.json: {"hyflash_drafter": {...}, "target": {...}} (one-line errors)."""
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder}: not a drafter folder (no config.json); pass a drafter folder or 'random'")
-    raw = read_json_object(path).get("hyflash_drafter")
-    if not isinstance(raw, dict):
+    raw = read_json_object(path)
+    if not isinstance(raw.get("hyflash_drafter"), dict):
         raise ValueError(f"{path}: not a hyflash drafter config (no 'hyflash_drafter' object)")
     return raw
 
@@ -108,7 +109,8 @@ def load_drafter(folder: str | Path, target: Target, overrides: dict | None = No
     from safetensors.torch import load_file
 
     folder = Path(folder)
-    made_for = read_json_object(folder / "config.json").get("target")
+    raw = drafter_config_dict(folder)
+    made_for = raw.get("target")
     if isinstance(made_for, dict):
         mine = target_info(target)
         for key in ("architecture", "num_layers", "hidden_size", "vocab_size"):
@@ -116,7 +118,7 @@ def load_drafter(folder: str | Path, target: Target, overrides: dict | None = No
                 raise ValueError(f"{folder}: the drafter was trained for a target with {key} {made_for[key]!r}; "
                                  f"this target has {mine[key]!r}; pass the drafter's own target")
     try:
-        cfg = DrafterConfig(**{**drafter_config_dict(folder), **(overrides or {})})
+        cfg = DrafterConfig(**{**raw["hyflash_drafter"], **(overrides or {})})
     except TypeError as e:
         raise ValueError(f"{folder / 'config.json'}: not a drafter config this hyflash understands ({e})") from None
     drafter = Drafter.for_target(target, cfg)
