@@ -243,7 +243,8 @@ def cmd_train_drafter(args) -> int:
 
     target = load_target(resolve(args.target, "target"))
     window = "full" if args.window == "full" else int(args.window)
-    cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers,
+    sizes = {"intermediate_size": args.intermediate_size} if args.intermediate_size else {}
+    cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
                                    markov_rank=args.markov_rank, confidence=not args.no_confidence,
                                    memory_history=args.memory_history, slot_attention=not args.no_slot_attention)
     dest = train_drafter(target, cfg, args.corpus, args.tokenizer, _train_config(args), args.seq_len, args.anchors)
@@ -406,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory", choices=["mamba2", "gated_deltanet", "off"], default="mamba2")
     p.add_argument("--window", default="128", help="committed features attended to, or 'full'")
     p.add_argument("--layers", type=_positive(), default=2)
+    p.add_argument("--intermediate-size", type=_positive(), default=None, help="MLP width (default: the target's)")
     p.add_argument("--markov-rank", type=int, default=64)
     p.add_argument("--no-confidence", action="store_true")
     p.add_argument("--memory-history", type=_positive(), default=None, help="ablation: memory sees the last M only")

@@ -289,12 +289,21 @@ class Drafter(nn.Module):
 
     # ------------------------------------------------------------------ training form
 
-    def forward_train(self, features, tokens, anchors, prev):
+    def memory_inputs(self, features, anchors):
+        """The memories' training inputs for a batch of sequences at once (a recurrent scan runs
+        once for the batch): features (B, T, K*H), anchors (B, A) -> [sequence][layer] inputs
+        for `forward_train(..., mem_inputs=)`."""
+        c = self.fuse_norm(self.fuse(features))  # (B, T, d)
+        per_layer = [layer.mem.states_batch(c, anchors, self.cfg.memory_history) for layer in self.layers]
+        return [list(seq) for seq in zip(*per_layer)]
+
+    def forward_train(self, features, tokens, anchors, prev, mem_inputs=None):
         """One sequence, many anchors at once.
 
         features: (T, K*H) target features of tokens 0..T-1; tokens: (T,); anchors: (A,) positions
         a (features 0..a-1 are committed, token a is the anchor); prev: (A, 7) previous-slot tokens
-        for the Markov head. -> logits (A, 7, V) for positions a+1..a+7, confidence (A, 7) or None.
+        for the Markov head; mem_inputs: this sequence's entry of `memory_inputs` (else computed
+        here). -> logits (A, 7, V) for positions a+1..a+7, confidence (A, 7) or None.
         """
         cfg = self.cfg
         t = features.shape[0]
@@ -309,11 +318,12 @@ class Drafter(nn.Module):
             ctx = ctx & (pos[None, :] >= anchors[:, None] - cfg.window)
         ctx_mask = ctx[:, None, :].expand(-1, cfg.slots, -1)  # (A, S, T)
         h = self.slot_inputs(tokens[anchors])  # (A, S, d)
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             k_ctx, v_ctx = layer.kv_heads(c[None], cos_c, sin_c)  # (1, kvh, T, hd)
             read = None
             if layer.mem is not None:
-                inputs = layer.mem.states_at(c, anchors, cfg.memory_history)
+                inputs = (mem_inputs[i] if mem_inputs is not None
+                          else layer.mem.states_at(c, anchors, cfg.memory_history))
                 read = lambda x, inputs=inputs, mem=layer.mem: mem.read_many(inputs, x)  # noqa: E731
             h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
         logits, conf = self.readout(h)

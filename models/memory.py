@@ -86,11 +86,15 @@ class Memory(nn.Module):
         return self.out_proj(self.norm(y, self.z_proj(x)))
 
     def train_inputs(self, c):
-        """c: (T, d) -> conv outputs (T, C) and the remaining projections (T, extra), zero history."""
-        proj = self.in_proj(c[None])[0]
-        u = proj[:, :self.conv_channels]
-        pad = torch.zeros(self.kernel - 1, self.conv_channels, dtype=c.dtype)
-        return self.conv(torch.cat([pad, u]), c.shape[0]), proj[:, self.conv_channels:]
+        """c: ([B,] T, d) -> conv outputs ([B,] T, C) and the other projections ([B,] T, extra), zero history."""
+        proj = self.in_proj(c)
+        u = proj[..., :self.conv_channels]
+        pad = torch.zeros(*u.shape[:-2], self.kernel - 1, self.conv_channels, dtype=c.dtype)
+        return self.conv(torch.cat([pad, u], dim=-2), c.shape[-2]), proj[..., self.conv_channels:]
+
+    def states_batch(self, c, anchors, history=None):
+        """c: (B, T, d), anchors: (B, A) -> one `states_at` result per sequence."""
+        return [self.states_at(c[b], anchors[b], history) for b in range(c.shape[0])]
 
 
 class Mamba2(Memory):
@@ -162,10 +166,12 @@ class GatedDeltaNet(Memory):
 
     @staticmethod
     def step(S, k, v, g, beta):
-        """One delta-rule step for every head. S: (h, dv, dk); k: (h, dk); v: (h, dv); g, beta: (h,)."""
-        sk = torch.einsum("hvk,hk->hv", S, k)
-        S = S - beta[:, None, None] * torch.einsum("hv,hk->hvk", sk, k)
-        return torch.exp(g)[:, None, None] * S + beta[:, None, None] * torch.einsum("hv,hk->hvk", v, k)
+        """One delta-rule step for every head (and any leading batch dims):
+        S' = a S - (b (a S k - v)) k^T, i.e. a (S - b (S k) k^T) + b v k^T with a = exp(g).
+        S: (..., h, dv, dk); k: (..., h, dk); v: (..., h, dv); g, beta: (..., h)."""
+        a = torch.exp(g)[..., None]
+        u = beta[..., None] * (a * (S @ k[..., None])[..., 0] - v)  # (..., h, dv)
+        return a[..., None] * S - u[..., :, None] * k[..., None, :]
 
     def update(self, S, conv_out, rest, valid):
         k, v, g, beta = self.split(conv_out, rest)
@@ -176,15 +182,25 @@ class GatedDeltaNet(Memory):
         return S
 
     def states_at(self, c, anchors, history=None):
+        return self.states_batch(c[None], anchors[None], history)[0]
+
+    def states_batch(self, c, anchors, history=None):
+        """The scan for a batch of sequences at once, one step per position (not per position and
+        sequence), keeping only the states some anchor reads: c (B, T, d), anchors (B, A) ->
+        per sequence (A, h, dv, dk), the state after features 0..a-1."""
         if history is not None:
             raise ValueError("memory_history is supported for memory='mamba2' only")
-        k, v, g, beta = self.split(*self.train_inputs(c))
-        S = torch.zeros(self.heads, self.head_dim, self.d_state, dtype=c.dtype)
-        states = [S]
-        for t in range(int(anchors.max())):
-            S = self.step(S, k[t], v[t], g[t], beta[t])
-            states.append(S)
-        return torch.stack(states)[anchors]  # (A, h, dv, dk): state after features 0..a-1
+        k, v, g, beta = self.split(*self.train_inputs(c))  # (B, T, h, ...)
+        needed = sorted(set(anchors.flatten().tolist()))
+        row = {a: i for i, a in enumerate(needed)}
+        S = torch.zeros(c.shape[0], self.heads, self.head_dim, self.d_state, dtype=c.dtype)
+        kept = [S] if needed[0] == 0 else []
+        for t in range(needed[-1]):
+            S = self.step(S, k[:, t], v[:, t], g[:, t], beta[:, t])
+            if t + 1 in row:
+                kept.append(S)
+        kept = torch.stack(kept)  # (U, B, h, dv, dk)
+        return [kept[[row[a] for a in anchors[b].tolist()], b] for b in range(c.shape[0])]
 
     def read_many(self, states, xs):
         return self.read(states, xs)

@@ -87,6 +87,11 @@ def _check_forms_agree(drafter, atol):
         anchors, draft_tokens, rt_logits, rt_conf = run_time(drafter, features, tokens, sizes, max_context=64)
         prev = torch.cat([tokens[anchors][:, None], draft_tokens[:, :-1]], dim=1)
         tr_logits, tr_conf = drafter.forward_train(features, tokens, anchors, prev)
+        if drafter.cfg.memory != "off":  # the trainer's batched memory scan: one sequence of a batch of two
+            batch = torch.stack([features, torch.randn(features.shape, generator=gen)])
+            memory = drafter.memory_inputs(batch, torch.stack([anchors, anchors.flip(0)]))
+            batched, _ = drafter.forward_train(features, tokens, anchors, prev, memory[0])
+            assert (batched - rt_logits).abs().max() <= atol
     diff = (tr_logits - rt_logits).abs()
     assert diff.max() <= atol, f"max {diff.max():.3g}, mean {diff.mean():.3g}, logit scale {rt_logits.abs().max():.3g}"
     assert torch.equal(tr_logits.argmax(-1), draft_tokens)

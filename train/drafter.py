@@ -41,14 +41,18 @@ class Distill(nn.Module):
         choice = logits.argmax(-1)  # (B, T): the target's token for position t+1
         t = tokens.shape[1]
         weights = torch.arange(1, t + 1)
-        losses, confs, hits = [], [], []
+        anchors = []
         for b in range(tokens.shape[0]):
             # anchors depend on the sequence alone, so any split of a batch over ranks draws the same
             gen = torch.Generator().manual_seed(int((tokens[b] * weights).sum()) % 2**31)
-            a = torch.randperm(t - block - 1, generator=gen)[:self.anchors] + 1  # anchors in [1, T-block-1]
+            anchors.append(torch.randperm(t - block - 1, generator=gen)[:self.anchors] + 1)  # in [1, T-block-1]
+        memory = self.drafter.memory_inputs(features, torch.stack(anchors)) if self.drafter.cfg.memory != "off" else None
+        losses, confs, hits = [], [], []
+        for b, a in enumerate(anchors):
             labels = choice[b][a[:, None] + torch.arange(block)]  # (A, 7): slot k <- choice at a+k-1
             prev = torch.cat([tokens[b][a][:, None], labels[:, :-1]], dim=1)
-            out, conf = self.drafter.forward_train(features[b], tokens[b], a, prev)
+            out, conf = self.drafter.forward_train(features[b], tokens[b], a, prev,
+                                                   memory[b] if memory is not None else None)
             ce = F.cross_entropy(out.flatten(0, 1), labels.flatten(), reduction="none").view_as(labels)
             losses.append((ce * self.slot_weight).sum(-1).mean())
             correct = (out.argmax(-1) == labels).float().cumprod(-1)  # greedy chain still right at slot k
