@@ -107,7 +107,9 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
     if not prompts:
         raise ValueError(f"no bucket fits the usable context ({first.usable_context} tokens) with "
                          f"--max-new-tokens {cfg.max_new_tokens}")
-    labels = [rt.manifest["drafter"]["name"] for rt in runtimes]
+    labels = [_label(rt.manifest) for rt in runtimes]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"two exports have the same drafter ({labels}); bench compares different drafters")
     runs = [("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
     runs.append(("prompt-lookup", first, "prompt-lookup"))
     total = sum(len(p) for p in prompts.values()) * len(runs)
@@ -150,6 +152,16 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
     return {"results": results, "graph_ms": graph_ms,
             "target_kv_bytes": first.k_cache.nbytes + first.v_cache.nbytes,
             "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens}
+
+
+def _label(manifest: dict) -> str:
+    """The manifest's drafter name, with the quantization when there is one: hyflash, hyflash-int4."""
+    q, label = manifest["quantization"], manifest["drafter"]["name"]
+    if q["drafter"] != "none":
+        label += f"-{q['drafter']}"
+    if q["target"] != "none":
+        label += f"-target-{q['target']}"
+    return label
 
 
 def _graph_ms_per_round(stats: list[Stats]) -> dict[str, float]:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# After the drafter runs of scripts/reference.sh: install each drafter as embedded reference data
+# (config + bf16 weights + its training log and loss curve), export each with the reference target,
+# and measure held-out acceptance by context bucket with `hyflash bench` (the model card's table).
+# Usage: scripts/drafter_card.sh [NAMES...]   (default: hyflash swa full gdn)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+H=.venv/bin/hyflash
+names=("${@:-hyflash swa full gdn}")
+names=(${names[*]})
+exports=()
+for name in "${names[@]}"; do
+  dest=hyflash/reference/drafter-$name
+  mkdir -p "$dest"
+  cp "runs/drafter-$name/model/config.json" "runs/drafter-$name/model/model.safetensors" "$dest/"
+  cp "runs/drafter-$name/log.jsonl" "$dest/train_log.jsonl"
+  .venv/bin/python -c "
+from pathlib import Path; import json
+from hyflash.train.evaluate import plot_training_log
+print(json.dumps(plot_training_log(Path('runs/drafter-$name/log.jsonl'), Path('$dest/loss_curve.png'), 'drafter $name')))
+" > "$dest/train_summary.json"
+  ref=reference$([ "$name" = hyflash ] || echo "-$name")
+  [ -f "runs/exports/$name/manifest.json" ] ||
+    $H export --target reference --drafter "$ref" --out "runs/exports/$name" --format onnx --force
+  exports+=("runs/exports/$name")
+done
+$H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket "${PROMPTS:-8}" --max-new-tokens 64 \
+  --threads 2 --plot hyflash/reference/bench.png --json > hyflash/reference/bench.json
+.venv/bin/python -c "
+import json; from hyflash.runtime_py.bench import format_results
+print(format_results(json.load(open('hyflash/reference/bench.json'))))"

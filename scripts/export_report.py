@@ -1,0 +1,81 @@
+"""Export the reference pair (HyFlash drafter) fp32 / int8 / int4, both formats; time each export,
+list the files' sizes, validate each, and write the figures as JSON and a Markdown table.
+
+    .venv/bin/python scripts/export_report.py [--out runs/exports] [--report results/export.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from hyflash.export.pipeline import ExportConfig, export
+from hyflash.export.validate import summarize, validate
+from hyflash.reference import resolve
+
+
+def sizes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("runs/exports"))
+    p.add_argument("--report", type=Path, default=Path("results/export.json"))
+    args = p.parse_args()
+    target, drafter = resolve("reference", "target"), resolve("reference", "drafter")
+    report = {}
+    for quant in ("none", "int8", "int4"):
+        folder = args.out / f"reference-{quant}"
+        t = time.perf_counter()
+        export(ExportConfig(target=target, drafter=str(drafter), out=folder, quantize=quant, force=True),
+               progress=True)
+        export_s = time.perf_counter() - t
+        t = time.perf_counter()
+        rows = summarize(validate(folder))
+        validate_s = time.perf_counter() - t
+        report[quant] = {"export_s": export_s, "validate_s": validate_s, "files": sizes(folder),
+                         "checks": [{"graph": r.graph, "output": r.output, "backend": r.backend, "kind": r.kind,
+                                     "value": r.max_diff, "tolerance": r.tolerance, "ok": r.ok} for r in rows]}
+        print(f"{quant}: export {export_s:.0f} s, validate {validate_s:.0f} s, "
+              f"{sum(r.ok for r in rows)}/{len(rows)} checks ok", flush=True)
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text(json.dumps(report, indent=1) + "\n")
+    print(markdown(report))
+
+
+def markdown(report: dict) -> str:
+    names = sorted({f for r in report.values() for f in r["files"]
+                    if f.endswith((".onnx", ".weights", ".pte")) or f.endswith(".data")})
+    quants = list(report)
+    lines = ["| file | " + " | ".join(f"{q} (KiB)" for q in quants) + " |", "|---" * (len(quants) + 1) + "|"]
+    for name in names:
+        cells = [f"{report[q]['files'][name] / 1024:,.0f}" if name in report[q]["files"] else "-" for q in quants]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    lines.append("| export wall time (s) | " + " | ".join(f"{report[q]['export_s']:.0f}" for q in quants) + " |")
+    lines.append("| validate wall time (s) | " + " | ".join(f"{report[q]['validate_s']:.0f}" for q in quants) + " |")
+    lines += ["", "| export | backend | worst fp32 logits diff | worst state diff | draft agreement | target argmax agreement |",
+              "|---|---|---|---|---|---|"]
+    for q in quants:
+        for backend in ("onnxruntime", "executorch"):
+            rows = [c for c in report[q]["checks"] if c["backend"] == backend]
+            if not rows:
+                continue
+
+            def worst(pred):
+                vals = [c["value"] for c in rows if c["kind"] == "parity" and pred(c["output"])]
+                return f"{max(vals):.1e}" if vals else "-"
+
+            def agree(out):
+                vals = [c["value"] for c in rows if c["kind"] == "agreement" and c["output"] == out]
+                return f"{min(vals):.1%}" if vals else "-"
+
+            lines.append(f"| {q} | {backend} | {worst(lambda o: 'logits' in o)} | {worst(lambda o: 'state' in o)} | "
+                         f"{agree('draft_tokens')} | {agree('argmax(logits)')} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
