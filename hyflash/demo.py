@@ -11,12 +11,16 @@ import os
 import sys
 from pathlib import Path
 
-PROMPT = '''import os
+# The prompt ends mid-line: a prompt ending in "\n" splits what the tokenizer merges in training
+# ("\n" + indentation is one token), and a small target then starts an unindented line.
+PROMPT = '''import re
+
+_WORD = re.compile(r"\\w+")
 
 
-def walk_python_files(root):
-    """Yield the path of every .py file under root, sorted."""
-'''
+def count_words(text):
+    counts = {}
+    for word in _WORD.findall(text):'''
 
 
 def cache_root() -> Path:

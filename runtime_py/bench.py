@@ -201,3 +201,20 @@ def plot(report: dict, path: Path) -> None:
     ax1.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def markdown_tables(report: dict) -> str:
+    """Two Markdown tables for docs: tau by drafter and bucket, and median speedup (drafter share)."""
+    rows = report["results"]
+    buckets = list(dict.fromkeys(r["bucket"] for r in rows))
+    drafters = [d for d in dict.fromkeys(r["drafter"] for r in rows) if d != "target-only"]
+    cell = {(r["drafter"], r["bucket"]): r for r in rows}
+    head = "| drafter | " + " | ".join(buckets) + " |\n|---" + "|---" * len(buckets) + "|"
+    tau = [head] + [f"| {d} | " + " | ".join(f"{cell[d, b]['acceptance_length']:.2f}" for b in buckets) + " |"
+                    for d in drafters]
+    speed = [head] + [f"| {d} | " + " | ".join(
+        f"{cell[d, b]['speedup']:.2f}x ({cell[d, b]['drafter_share']:.0%})" if d != "prompt-lookup"
+        else f"{cell[d, b]['speedup']:.2f}x" for b in buckets) + " |" for d in drafters]
+    base = " | ".join(f"{cell['target-only', b]['tokens_per_s']:.1f}" for b in buckets)
+    speed.append(f"| target-only tokens/s | {base} |")
+    return "\n".join(tau) + "\n\n" + "\n".join(speed)

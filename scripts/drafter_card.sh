@@ -27,5 +27,5 @@ done
 $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket "${PROMPTS:-8}" --max-new-tokens 64 \
   --threads 2 --plot hyflash/reference/bench.png --json > hyflash/reference/bench.json
 .venv/bin/python -c "
-import json; from hyflash.runtime_py.bench import format_results
-print(format_results(json.load(open('hyflash/reference/bench.json'))))"
+import json; from hyflash.runtime_py.bench import format_results, markdown_tables
+r = json.load(open('hyflash/reference/bench.json')); print(format_results(r)); print(); print(markdown_tables(r))"
