@@ -81,6 +81,47 @@ def make_prompts(tokenizer, texts: list[str], cfg: BenchConfig, limit: int) -> d
     return out
 
 
+class OptimumBaseline:
+    """Target-only decoding through optimum-onnx's `ORTModelForCausalLM` on the same target folder:
+    an independent baseline (its own ONNX export and KV handling), used where optimum-onnx is installed."""
+
+    label = "optimum-ort"
+
+    def __init__(self, target_dir: Path, threads: int | None):
+        import onnxruntime as ort
+        from optimum.onnxruntime import ORTModelForCausalLM
+
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = threads
+        self.model = ORTModelForCausalLM.from_pretrained(str(target_dir), export=True, session_options=opts)
+
+    @classmethod
+    def maybe(cls, target_dir: Path, threads: int | None):
+        try:
+            import optimum.onnxruntime  # noqa: F401
+        except ImportError:
+            return None
+        return cls(target_dir, threads)
+
+    def tokens_per_s(self, prompt: list[int], max_new: int) -> tuple[float, list[int]]:
+        """Decode throughput as `Stats.tokens_per_s` counts it: the time of generating max_new tokens
+        minus that of generating one (prefill and the first token), over max_new - 1 tokens."""
+        import time
+
+        import torch
+
+        ids = torch.tensor([prompt])
+        kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
+        t = time.perf_counter()
+        self.model.generate(ids, max_new_tokens=1, **kw)
+        first = time.perf_counter() - t
+        t = time.perf_counter()
+        out = self.model.generate(ids, max_new_tokens=max_new, min_new_tokens=max_new, **kw)
+        total = time.perf_counter() - t
+        return (max_new - 1) / max(total - first, 1e-9), out[0, len(prompt):].tolist()
+
+
 def _run(runtime: Runtime, prompt: list[int], draft: str, max_new: int) -> Stats:
     stats = Stats()
     for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new, draft=draft, ignore_eos=True), stats):
@@ -112,11 +153,13 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
         raise ValueError(f"two exports have the same drafter ({labels}); bench compares different drafters")
     runs = [("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
     runs.append(("prompt-lookup", first, "prompt-lookup"))
-    total = sum(len(p) for p in prompts.values()) * len(runs)
+    optimum = OptimumBaseline.maybe(Path(first.manifest["target"]["path"]), cfg.threads)
+    total = sum(len(p) for p in prompts.values()) * (len(runs) + (optimum is not None))
     bar = tqdm(total=total, desc="bench", disable=not progress, file=sys.stderr, dynamic_ncols=True)
     results, graph_ms = [], {}
     for (lo, hi), bucket_prompts in prompts.items():
         per = {label: [] for label, _, _ in runs}
+        independent = []  # (tokens/s, same tokens as target-only) of the optimum baseline
         for prompt in bucket_prompts:
             baseline = None
             for label, rt, draft in runs:  # interleaved: every prompt runs all, in one order
@@ -128,7 +171,18 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
                                          f"(bucket {lo}-{hi}); this is a bug")
                 per[label].append(stats)
                 bar.update()
+            if optimum is not None:
+                tps, tokens = optimum.tokens_per_s(prompt, cfg.max_new_tokens)
+                independent.append((tps, tokens == baseline.tokens))
+                bar.update()
         base_tps = [s.tokens_per_s for s in per["target-only"]]
+        extra = []
+        if independent:
+            extra.append({"drafter": OptimumBaseline.label, "bucket": f"{lo}-{hi}", "prompts": len(independent),
+                            "tokens_per_s": statistics.median(t for t, _ in independent),
+                            "speedup": statistics.median(t / b for (t, _), b in zip(independent, base_tps)),
+                            "acceptance_length": 1.0,
+                            "same_tokens_as_target_only": sum(same for _, same in independent) / len(independent)})
         for label, _, draft in runs:
             st = per[label]
             row = {"drafter": label, "bucket": f"{lo}-{hi}", "prompts": len(st),
@@ -148,6 +202,7 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
             if draft == "model":
                 row["drafter_context_bytes"] = st[-1].drafter_context_bytes
             results.append(row)
+        results.extend(extra)
     bar.close()
     return {"results": results, "graph_ms": graph_ms,
             "target_kv_bytes": first.k_cache.nbytes + first.v_cache.nbytes,
@@ -193,8 +248,10 @@ def plot(report: dict, path: Path) -> None:
     for d in drafters:
         tau = [next(r["acceptance_length"] for r in rows if r["drafter"] == d and r["bucket"] == b) for b in buckets]
         sp = [next(r["speedup"] for r in rows if r["drafter"] == d and r["bucket"] == b) for b in buckets]
-        ax1.plot(buckets, tau, marker="o", label=d)
+        if d != OptimumBaseline.label:  # target-only too: tau is 1 by definition
+            ax1.plot(buckets, tau, marker="o", label=d)
         ax2.plot(buckets, sp, marker="o", label=d)
+    ax2.legend()
     ax1.set(title="acceptance length (tokens per round)", xlabel="prompt length bucket", ylabel="tau")
     ax2.axhline(1.0, color="gray", lw=0.8)
     ax2.set(title="speedup over target-only (median)", xlabel="prompt length bucket", ylabel="x")
@@ -211,9 +268,9 @@ def markdown_tables(report: dict) -> str:
     cell = {(r["drafter"], r["bucket"]): r for r in rows}
     head = "| drafter | " + " | ".join(buckets) + " |\n|---" + "|---" * len(buckets) + "|"
     tau = [head] + [f"| {d} | " + " | ".join(f"{cell[d, b]['acceptance_length']:.2f}" for b in buckets) + " |"
-                    for d in drafters]
+                    for d in drafters if d != OptimumBaseline.label]
     speed = [head] + [f"| {d} | " + " | ".join(
-        f"{cell[d, b]['speedup']:.2f}x ({cell[d, b]['drafter_share']:.0%})" if d != "prompt-lookup"
+        f"{cell[d, b]['speedup']:.2f}x ({cell[d, b]['drafter_share']:.0%})" if cell[d, b].get("drafter_share")
         else f"{cell[d, b]['speedup']:.2f}x" for b in buckets) + " |" for d in drafters]
     base = " | ".join(f"{cell['target-only', b]['tokens_per_s']:.1f}" for b in buckets)
     speed.append(f"| target-only tokens/s | {base} |")

@@ -89,6 +89,19 @@ def test_validate_memory_variants(onnx_exports, memory):
     assert rows and all(r.ok for r in rows), [r for r in rows if not r.ok]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("memory", ["gated_deltanet", "off"])
+def test_pte_parity_memory_variants(qwen3_dir, tmp_path, memory):
+    """The `.pte` side of the fp32 parity bar for the other memory kinds (mamba2 runs in the fast suite)."""
+    drafter = _random_drafter_folder(qwen3_dir, tmp_path / "drafter", memory=memory)
+    folder = _export(qwen3_dir, drafter, tmp_path / "export", "pte")
+    rows = summarize(validate(folder))
+    assert {r.backend for r in rows} == {"executorch"}
+    assert {r.graph for r in rows} >= {"draft_read", "window_shift", "target_verify"}
+    assert ("state_commit" in {r.graph for r in rows}) == (memory != "off")
+    assert rows and all(r.ok for r in rows), [r for r in rows if not r.ok]
+
+
 def test_validate_fails_loudly_on_a_wrong_graph(onnx_exports, tmp_path, capsys):
     """Swap in a graph that computes something else (checksums updated): validation must fail, exit 1."""
     broken = tmp_path / "broken"
