@@ -53,7 +53,7 @@ def cmd_export(args) -> int:
     cfg = ExportConfig(target=args.target, drafter=args.drafter, out=args.out, formats=formats, window=args.window,
                        max_context=args.max_context, prefill_chunk=args.prefill_chunk, quantize=args.quantize,
                        quantize_target=args.quantize_target, seed=args.seed, force=args.force)
-    manifest = export(cfg, progress=not args.json)
+    manifest = export(cfg, progress=True)
     summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
                "max_context": manifest["max_context"], "window": manifest["window"],
                "bytes": {k: (Path(args.out) / k).stat().st_size for k in manifest["files"]}}
@@ -177,7 +177,7 @@ def cmd_bench(args) -> int:
     cfg = BenchConfig(artifacts=tuple(args.artifacts), buckets=buckets, prompts_from=args.prompts_from,
                       prompts_per_bucket=args.prompts_per_bucket, max_new_tokens=args.max_new_tokens,
                       threads=args.threads)
-    report = bench(cfg, progress=not args.json)
+    report = bench(cfg, progress=True)
     if args.plot:
         plot(report, args.plot)
     _emit(args, report, lambda: format_results(report))

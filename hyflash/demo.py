@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -36,12 +37,14 @@ def export_key(target: Path, drafter: Path) -> str:
     from . import models as models_pkg
 
     h = hashlib.sha256(__version__.encode())
-    roots = [Path(models_pkg.__file__).parent, Path(export_pkg.__file__).parent]
-    for folder in [target, drafter, *roots]:
-        for f in sorted(folder.glob("*")):
-            if f.is_file() and f.suffix in (".py", ".json", ".safetensors"):
-                h.update(f.name.encode())
-                h.update(f.read_bytes())
+    read_by_export = ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json")
+    files = [target / n for n in read_by_export] + [drafter / n for n in read_by_export]
+    for root in (Path(models_pkg.__file__).parent, Path(export_pkg.__file__).parent):
+        files += sorted(root.glob("*.py"))
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -61,6 +64,9 @@ def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
         say(f"exporting the reference pair to {folder} (once)")
         export(ExportConfig(target=target, drafter=str(drafter), out=folder, formats=("onnx",), force=True),
                progress=progress)
+        for stale in folder.parent.glob("reference-*"):  # exports of older weights or code
+            if stale != folder and stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
     failed = [r for r in summarize(validate(folder)) if not r.ok]
     if failed:
         raise RuntimeError(f"the cached export failed validation ({failed[0].graph}.{failed[0].output}); "

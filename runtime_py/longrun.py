@@ -36,7 +36,7 @@ def long_run(folder: str | Path, prompt: list[int], backend: str = "onnxruntime"
     spec, rounds_checked, nonfinite = Stats(), 0, []
     t = time.perf_counter()
     for _ in runtime.generate(prompt, cfg, spec):
-        if rounds_checked == 0:  # every graph has run once: the sessions' own buffers are in place
+        if rounds_checked == 1:  # after the first round every graph has run: the sessions' buffers are in place
             rss_start = peak_rss()
         now = {name: (buf.shape, buf.nbytes) for name, buf in runtime.ctx.items()}
         if now != buffers:

@@ -1,6 +1,12 @@
 """The embedded reference pair, exported as a user would: greedy output is the target's on both
 backends, the text is Python, and a long run to the usable context stays exact (issues 5, 6, 8)."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from tokenizers import Tokenizer
 
@@ -19,8 +25,33 @@ def _export(tmp_path_factory, fmt):
 
 
 @pytest.fixture(scope="module")
-def reference_export(tmp_path_factory):
-    return _export(tmp_path_factory, "onnx")
+def demo_run(tmp_path_factory):
+    """`hyflash demo --json` on a fresh cache: it exports the reference pair (ONNX), validates it,
+    generates; its export is the one the other tests use."""
+    cache = tmp_path_factory.mktemp("cache")
+    out = subprocess.run([sys.executable, "-m", "hyflash.cli", "demo", "--json"], capture_output=True, text=True,
+                         env={**os.environ, "XDG_CACHE_HOME": str(cache)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return cache, json.loads(out.stdout), out.stderr
+
+
+@pytest.fixture(scope="module")
+def reference_export(demo_run):
+    return Path(demo_run[1]["export"])
+
+
+def test_demo_exports_once_then_reuses(demo_run):
+    cache, first, stderr = demo_run
+    assert "exporting the reference pair" in stderr and PROMPT in stderr  # streamed to stderr under --json
+    for key in ("tokens", "text", "rounds", "acceptance_length", "accepted_per_slot", "tokens_per_s", "graph_ms",
+                "drafter_context_bytes", "speedup"):
+        assert key in first
+    again = subprocess.run([sys.executable, "-m", "hyflash.cli", "demo", "--json"], capture_output=True, text=True,
+                           env={**os.environ, "XDG_CACHE_HOME": str(cache)})
+    assert again.returncode == 0 and "exporting" not in again.stderr
+    second = json.loads(again.stdout)
+    assert second["tokens"] == first["tokens"] and second["export"] == first["export"]
+    assert [p.name for p in (cache / "hyflash").iterdir()] == [Path(first["export"]).name]
 
 
 @pytest.fixture(scope="module")
