@@ -58,7 +58,8 @@ def budget(target_cfg: TargetConfig, context: int, drafter_overrides: dict, kv_d
         "drafter_ssm_state_bytes": ctx["state"], "drafter_conv_state_bytes": ctx["conv_state"],
         "drafter_context_bytes": ctx["allocated"],
         "context": context, "kv_dtype": kv_dtype, "state_dtype": state_dtype,
-        "drafter": {"memory": dcfg.memory, "window": dcfg.window_size(context), "layers": dcfg.layers,
+        "drafter": {"memory": dcfg.memory, "window": dcfg.window_size(context), "full_attention": dcfg.window == "full",
+                    "layers": dcfg.layers,
                     "ssm_heads": dcfg.ssm_heads, "ssm_head_dim": dcfg.ssm_head_dim, "d_state": dcfg.d_state},
         "budget_bytes": BUDGET,
     }
@@ -104,7 +105,8 @@ def format_budget(b: dict) -> str:
     lines.append(f"  {'drafter window K/V':<29}{_fmt(b['drafter_window_bytes'])}")
     lines.append(f"  {'drafter recurrent state':<29}{_fmt(b['drafter_ssm_state_bytes'])}   "
                  f"(+ conv state {_fmt(b['drafter_conv_state_bytes']).strip()})")
-    lines.append(f"  {'drafter context, all':<29}{_fmt(b['drafter_context_bytes'])}   (constant in the context length)")
+    grows = "grows with the context: full attention" if b["drafter"]["full_attention"] else "constant in the context length"
+    lines.append(f"  {'drafter context, all':<29}{_fmt(b['drafter_context_bytes'])}   ({grows})")
     for label, n in b["total_bytes"].items():
         verdict = "fits" if n <= b["budget_bytes"] else "over"
         lines.append(f"  {'total, ' + label:<36}{_fmt(n)}   {verdict} a 12 GiB budget")

@@ -60,10 +60,9 @@ def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
     try:
         load_manifest(folder)
     except (OSError, ValueError):
-        say = (lambda m: print(m, file=sys.stderr)) if progress else (lambda m: None)
-        say(f"exporting the reference pair to {folder} (once)")
+        print(f"exporting the reference pair to {folder} (once)", file=sys.stderr)
         export(ExportConfig(target=target, drafter=str(drafter), out=folder, formats=("onnx",), force=True),
-               progress=progress)
+               progress=True)
         for stale in folder.parent.glob("reference-*"):  # exports of older weights or code
             if stale != folder and stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
