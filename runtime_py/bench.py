@@ -256,7 +256,7 @@ def plot(report: dict, path: Path) -> None:
     for d in drafters:
         tau = [next(r["acceptance_length"] for r in rows if r["drafter"] == d and r["bucket"] == b) for b in buckets]
         sp = [next(r["speedup"] for r in rows if r["drafter"] == d and r["bucket"] == b) for b in buckets]
-        if d != OptimumBaseline.label:  # target-only too: tau is 1 by definition
+        if d != OptimumBaseline.label:  # a target-only baseline: tau is 1 by definition
             ax1.plot(buckets, tau, marker="o", label=d)
         ax2.plot(buckets, sp, marker="o", label=d)
     ax2.legend()
