@@ -59,7 +59,7 @@ def long_run(folder: str | Path, prompt: list[int], backend: str = "onnxruntime"
         "first_difference": first_diff, "nonfinite_buffers": sorted(set(nonfinite)),
         "rounds": spec.rounds, "acceptance_length": spec.acceptance_length, "rounds_checked": rounds_checked,
         "speculative_s": spec_s, "target_only_s": base_s,
-        "drafter_context_bytes": sum(n for _, n in buffers.values()),
+        "drafter_context_bytes": runtime.context_bytes(0)["allocated"],
         "target_kv_bytes": runtime.k_cache.nbytes + runtime.v_cache.nbytes,
         "peak_rss_loaded": rss_loaded, "peak_rss_start": rss_start, "peak_rss_end": rss_end, "peak_rss_growth": rss_end - rss_start,
     }

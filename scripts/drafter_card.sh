@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
-names=("${@:-hyflash swa full gdn}")
-names=(${names[*]})
+names=("$@")
+[ $# -gt 0 ] || names=(hyflash swa full gdn)
 exports=()
 for name in "${names[@]}"; do
   dest=hyflash/reference/drafter-$name

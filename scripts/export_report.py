@@ -48,7 +48,7 @@ def main() -> None:
 
 def markdown(report: dict) -> str:
     names = sorted({f for r in report.values() for f in r["files"]
-                    if f.endswith((".onnx", ".weights", ".pte")) or f.endswith(".data")})
+                    if f.endswith((".onnx", ".weights", ".pte"))})
     quants = list(report)
     lines = ["| file | " + " | ".join(f"{q} (KiB)" for q in quants) + " |", "|---" * (len(quants) + 1) + "|"]
     for name in names:

@@ -100,7 +100,8 @@ def drafter_config_dict(folder: Path) -> dict:
     """The drafter's config.json: {"hyflash_drafter": {...}, "target": {...}} (one-line errors)."""
     path = folder / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{folder}: not a drafter folder (no config.json); pass a drafter folder or 'random'")
+        raise FileNotFoundError(f"{folder}: not a drafter folder (no config.json); pass a drafter folder, 'random', "
+                                "or an embedded one: reference, reference-swa, reference-full, reference-gdn")
     raw = read_json_object(path)
     if not isinstance(raw.get("hyflash_drafter"), dict):
         raise ValueError(f"{path}: not a hyflash drafter config (no 'hyflash_drafter' object)")
