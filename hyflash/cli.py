@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default=None, help="target folder, if it moved since export")
     p.add_argument("--atol", type=_positive(float), default=None, help="override every tolerance")
     p.add_argument("--min-agreement", type=float, default=0.9,
-                   help="quantized graphs: least token agreement with fp32 that passes")
+                   help="quantized graphs: least token agreement with fp32, on text the target writes, that passes")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
 

@@ -189,12 +189,18 @@ def write_cache(cache: torch.Tensor, new: torch.Tensor, start: int, n_valid: int
     cache[:, :, start:start + n_valid] = new[:, :, :n_valid]
 
 
-@torch.no_grad()
 def greedy(model: Target, prompt: list[int], max_new: int, max_context: int, chunk: int = 16) -> list[int]:
     """Eager target-only greedy decoding through `step`: chunked prefill, then one row at a time.
 
     The oracle the exported graphs and the speculative runtime are checked against.
     """
+    return generate(model, prompt, max_new, max_context, chunk)
+
+
+@torch.no_grad()
+def generate(model: Target, prompt: list[int], max_new: int, max_context: int, chunk: int = 16,
+             generator: torch.Generator | None = None) -> list[int]:
+    """Eager target-only decoding: greedy, or sampled at temperature 1 when a generator is given."""
     k_cache, v_cache = model.empty_cache(max_context)
     pos, logits = 0, None
     for start in range(0, len(prompt), chunk):
@@ -209,7 +215,10 @@ def greedy(model: Target, prompt: list[int], max_new: int, max_context: int, chu
         logits = logits[n - 1]
     out = []
     while len(out) < max_new and pos < max_context:
-        token = int(logits.argmax())
+        if generator is None:
+            token = int(logits.argmax())
+        else:
+            token = int(torch.multinomial(torch.softmax(logits.double(), -1), 1, generator=generator))
         out.append(token)
         logits, _, k_new, v_new = model.step(torch.tensor([token]), torch.tensor([pos]), torch.tensor([1]),
                                              k_cache, v_cache)

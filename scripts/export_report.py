@@ -2,6 +2,10 @@
 list the files' sizes, validate each, and write the figures as JSON and a Markdown table.
 
     .venv/bin/python scripts/export_report.py [--out runs/exports] [--report results/export.json]
+        [--only export|validate]
+
+`--only export` records the exports (time, files) and stops; `--only validate` validates the
+folders a previous run exported, keeping that run's export figures.
 """
 
 from __future__ import annotations
@@ -24,26 +28,30 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("runs/exports"))
     p.add_argument("--report", type=Path, default=Path("results/export.json"))
+    p.add_argument("--only", choices=("export", "validate"))
     args = p.parse_args()
     target, drafter = resolve("reference", "target"), resolve("reference", "drafter")
-    report = {}
+    report = json.loads(args.report.read_text()) if args.only == "validate" else {}
+    args.report.parent.mkdir(parents=True, exist_ok=True)
     for quant in ("none", "int8", "int4"):
         folder = args.out / f"reference-{quant}"
-        t = time.perf_counter()
-        export(ExportConfig(target=target, drafter=str(drafter), out=folder, quantize=quant, force=True),
-               progress=True)
-        export_s = time.perf_counter() - t
-        t = time.perf_counter()
-        rows = summarize(validate(folder))
-        validate_s = time.perf_counter() - t
-        report[quant] = {"export_s": export_s, "validate_s": validate_s, "files": sizes(folder),
-                         "checks": [{"graph": r.graph, "output": r.output, "backend": r.backend, "kind": r.kind,
-                                     "value": r.max_diff, "tolerance": r.tolerance, "ok": r.ok} for r in rows]}
-        print(f"{quant}: export {export_s:.0f} s, validate {validate_s:.0f} s, "
-              f"{sum(r.ok for r in rows)}/{len(rows)} checks ok", flush=True)
-    args.report.parent.mkdir(parents=True, exist_ok=True)
-    args.report.write_text(json.dumps(report, indent=1) + "\n")
-    print(markdown(report))
+        if args.only != "validate":
+            t = time.perf_counter()
+            export(ExportConfig(target=target, drafter=str(drafter), out=folder, quantize=quant, force=True),
+                   progress=True)
+            report[quant] = {"export_s": time.perf_counter() - t, "files": sizes(folder)}
+            print(f"{quant}: export {report[quant]['export_s']:.0f} s", flush=True)
+        if args.only != "export":
+            t = time.perf_counter()
+            rows = summarize(validate(folder))
+            report[quant]["validate_s"] = time.perf_counter() - t
+            report[quant]["checks"] = [{"graph": r.graph, "output": r.output, "backend": r.backend, "kind": r.kind,
+                                        "value": r.max_diff, "tolerance": r.tolerance, "ok": r.ok} for r in rows]
+            print(f"{quant}: validate {report[quant]['validate_s']:.0f} s, "
+                  f"{sum(r.ok for r in rows)}/{len(rows)} checks ok", flush=True)
+        args.report.write_text(json.dumps(report, indent=1) + "\n")
+    if args.only != "export":
+        print(markdown(report))
 
 
 def markdown(report: dict) -> str:

@@ -7,8 +7,12 @@ import pytest
 
 from conftest import CHUNK, CONTEXT
 from hyflash.cli import main
+from hyflash.export.graphs import graph_specs
+from hyflash.export.manifest import load_manifest
 from hyflash.export.quantize import quantized_op_counts
-from hyflash.export.validate import summarize, validate
+from hyflash.export.validate import (agreement_texts, drafter_agreement, load_eager, summarize, target_agreement,
+                                     validate)
+from hyflash.runtime_py.backends import open_graphs
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 
 
@@ -43,12 +47,38 @@ def test_quantized_nodes_are_present(int8_drafter_int4_target, qwen3_dir, tmp_pa
     assert onnx_bytes["target.weights"] > fp32_bytes["target.weights"]  # int4 target weights are smaller
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime", "executorch"])
+def test_agreement_is_exact_on_fp32_graphs(both_formats, backend):
+    """The agreement runs (texts the target writes, graphs carrying their own cache, window and
+    state through runtime-shaped rounds) give 100% on fp32 graphs: what they count is quantization."""
+    import torch
+
+    manifest = load_manifest(both_formats)
+    target, drafter = load_eager(both_formats, manifest)
+    specs = graph_specs(target, drafter, CONTEXT, CHUNK)
+    graphs = open_graphs(backend, both_formats, manifest)
+    texts = agreement_texts(target, CONTEXT, seed=3)
+    assert len({tuple(t) for t in texts}) == len(texts) and all(len(t) == CONTEXT - 8 for t in texts)
+    rng = np.random.default_rng(0)
+    rows = {}
+    for tokens in texts:
+        with torch.no_grad():
+            logits, features = target(torch.tensor([tokens]))
+        agree, total = drafter_agreement(graphs, drafter, features[0], tokens, CONTEXT, rng)
+        assert agree == total > 10 * drafter.cfg.block
+        for graph, (a, t) in target_agreement(graphs, specs, logits[0].argmax(-1).numpy(), tokens, rng).items():
+            assert a == t, graph
+            rows[graph] = rows.get(graph, 0) + t
+    assert min(rows.values()) > 0 and len(rows) == 3  # prefill, verify and decode all ran
+
+
 def test_agreement_is_measured_and_judged(int8_drafter_int4_target, capsys):
     rows = summarize(validate(int8_drafter_int4_target, min_agreement=0.5))
     agreement = {(r.graph, r.output): r for r in rows if r.kind == "agreement"}
     assert set(agreement) == {("draft_read", "draft_tokens"), ("target_prefill", "argmax(logits)"),
                               ("target_verify", "argmax(logits)"), ("target_decode", "argmax(logits)")}
-    assert all(0.5 <= r.max_diff <= 1.0 and r.ok for r in agreement.values())
+    assert all(0.5 <= r.max_diff <= 1.0 and r.ok and r.count > 0 for r in agreement.values())
+    assert agreement["draft_read", "draft_tokens"].count > 100
     assert main(["validate", str(int8_drafter_int4_target), "--min-agreement", "1.01"]) == 1
     assert "agreement" in capsys.readouterr().err
 
