@@ -140,6 +140,20 @@ def agreement_texts(target, max_context: int, seed: int) -> list[list[int]]:
     return texts
 
 
+def text_windows(folder: Path, text: str, length: int) -> list[list[int]]:
+    """AGREEMENT_TEXTS windows of `length` tokens, evenly spread over `text` (the export's tokenizer)."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise ArtifactError(f"{path}: missing; --text needs the export's tokenizer (or leave --text out)")
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_file(str(path)).encode(text).ids
+    if len(ids) < length:
+        raise ValueError(f"--text has {len(ids)} tokens; agreement needs at least {length} (give a longer text)")
+    starts = np.linspace(0, len(ids) - length, AGREEMENT_TEXTS).astype(int)
+    return [ids[s:s + length] for s in starts]
+
+
 @torch.no_grad()
 def drafter_agreement(graphs, drafter, features: torch.Tensor, tokens: list[int], max_context: int,
                       rng: np.random.Generator) -> tuple[int, int]:
@@ -243,7 +257,10 @@ def quantized_agreement(graphs, specs, target, drafter, quant: dict, max_context
 
 
 def validate(folder: str | Path, target_override: str | None = None, atol: float | None = None,
-             backends: tuple[str, ...] | None = None, seed: int = 1234, min_agreement: float = 0.9) -> list[Check]:
+             backends: tuple[str, ...] | None = None, seed: int = 1234, min_agreement: float = 0.9,
+             text: str | None = None) -> list[Check]:
+    """All checks of one export. `text`: measure quantized agreement on windows of this text
+    instead of text the target writes."""
     from ..runtime_py.backends import open_graphs
 
     folder = Path(folder)
@@ -267,8 +284,11 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
                               if any(g.get(key) for g in manifest["graphs"].values()))
     quant = manifest["quantization"]
     cases = validation_cases(specs, target, drafter, seed)
-    quantized = (quant["drafter"], quant["target"]) != ("none", "none")
-    texts = agreement_texts(target, manifest["max_context"], seed) if quantized else []
+    texts = []
+    if (quant["drafter"], quant["target"]) != ("none", "none"):
+        length = min(AGREEMENT_TOKENS, manifest["max_context"] - VERIFY_ROWS)
+        texts = (text_windows(folder, text, length) if text is not None
+                 else agreement_texts(target, manifest["max_context"], seed))
     checks = []
     eager = {name: graph_module(spec, target, drafter) for name, spec in specs.items()}
     for kind in kinds:

@@ -65,7 +65,12 @@ def cmd_export(args) -> int:
 def cmd_validate(args) -> int:
     from .export.validate import format_table, summarize, validate
 
-    rows = summarize(validate(args.folder, args.target, args.atol, min_agreement=args.min_agreement))
+    text = None
+    if args.text is not None:
+        if not args.text.is_file():
+            raise CliError(f"{args.text}: no such file (--text takes a text file to measure agreement on)")
+        text = args.text.read_text(encoding="utf-8", errors="replace")
+    rows = summarize(validate(args.folder, args.target, args.atol, min_agreement=args.min_agreement, text=text))
     failed = [r for r in rows if not r.ok]
     if args.json:
         print(json.dumps({"ok": not failed, "checks": [r.__dict__ for r in rows]}))
@@ -321,7 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default=None, help="target folder, if it moved since export")
     p.add_argument("--atol", type=_positive(float), default=None, help="override every tolerance")
     p.add_argument("--min-agreement", type=float, default=0.9,
-                   help="quantized graphs: least token agreement with fp32, on text the target writes, that passes")
+                   help="quantized graphs: least token agreement with fp32 that passes")
+    p.add_argument("--text", type=Path, default=None,
+                   help="quantized graphs: measure agreement on this text file (default: text the target writes)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
 

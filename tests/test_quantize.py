@@ -83,6 +83,19 @@ def test_agreement_is_measured_and_judged(int8_drafter_int4_target, capsys):
     assert "agreement" in capsys.readouterr().err
 
 
+def test_agreement_on_a_given_text(int8_drafter_int4_target, tmp_path, capsys):
+    words = np.random.default_rng(1).integers(3, 96, 400)
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(f"w{i}" for i in words))
+    assert main(["validate", str(int8_drafter_int4_target), "--min-agreement", "0.5", "--text", str(text)]) == 0
+    assert "draft_tokens" in capsys.readouterr().out
+    text.write_text("w1 w2 w3")
+    assert main(["validate", str(int8_drafter_int4_target), "--text", str(text)]) == 2
+    assert "--text has 3 tokens; agreement needs at least 88" in capsys.readouterr().err
+    assert main(["validate", str(int8_drafter_int4_target), "--text", str(tmp_path / "nope.txt")]) == 2
+    assert "nope.txt: no such file" in capsys.readouterr().err
+
+
 def test_int4_target_speculative_equals_its_target_only(int8_drafter_int4_target):
     runtime = Runtime(int8_drafter_int4_target)
     prompt = np.random.default_rng(5).integers(3, 96, 19).tolist()
