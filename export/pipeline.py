@@ -102,12 +102,14 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         graphs = {name: {"inputs": [t.to_json() for t in s.inputs], "outputs": [t.to_json() for t in s.outputs]}
                   for name, s in specs.items()}
         protos = {}
+        vocab_weight = target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 keeps it at 8 bits
         for label, key in bar:
             bar.set_postfix_str(label)
             if label == "drafter weights":
                 save_drafter(drafter, tmp / "drafter", target_info(target), dtype=torch.float32)
             elif label.startswith("onnx ") and key:
-                protos[key] = quantize_onnx(export_onnx_proto(specs[key], target, drafter), cfg.mode(specs[key].model))
+                protos[key] = quantize_onnx(export_onnx_proto(specs[key], target, drafter), cfg.mode(specs[key].model),
+                                            vocab_weight=vocab_weight)
             elif label == "onnx weights":
                 for model in ("drafter", "target"):
                     names = {n: protos[n] for n in specs if specs[n].model == model}
@@ -184,9 +186,12 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
         "prefill_chunk": cfg.prefill_chunk,
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
-                         "onnx": {"int8": "dynamic int8 (MatMulInteger)", "int4": "MatMulNBits, weight-only, group 32",
+                         "onnx": {"int8": "dynamic int8 (MatMulInteger)",
+                                  "int4": "MatMulNBits, weight-only, group 32, asymmetric; vocabulary projection 8-bit",
                                   "none": "fp32"},
-                         "pte": {"int8": "8da8w (torchao, XNNPACK)", "int4": "8da4w, group 32 (torchao, XNNPACK)",
+                         "pte": {"int8": "8da8w (torchao, XNNPACK)",
+                                 "int4": "8da4w, group 32 (torchao, XNNPACK); vocabulary projection 8da8w "
+                                         "(the drafter's: fp32)",
                                  "none": "fp32"}},
         "memory": {"kind": d.memory, **d.context_bytes(max_context, kv_bytes=4, state_bytes=4),
                    "target_kv_bytes": 2 * target.cfg.num_layers * target.cfg.num_kv_heads * max_context

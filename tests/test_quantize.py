@@ -33,6 +33,17 @@ def _ops(folder, graph):
     return quantized_op_counts(onnx.load(folder / "onnx" / f"{graph}.onnx", load_external_data=False))
 
 
+def _nbits(folder, graph) -> dict[int, list[tuple[int, int]]]:
+    """bits -> the (K, N) of each MatMulNBits node of one graph."""
+    proto = onnx.load(folder / "onnx" / f"{graph}.onnx", load_external_data=False)
+    out = {}
+    for node in proto.graph.node:
+        if node.op_type == "MatMulNBits":
+            a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+            out.setdefault(a["bits"], []).append((a["K"], a["N"]))
+    return out
+
+
 def test_quantized_nodes_are_present(int8_drafter_int4_target, qwen3_dir, tmp_path):
     for graph in ("draft_read", "state_commit", "window_shift"):
         assert _ops(int8_drafter_int4_target, graph).get("MatMulInteger", 0) > 0, graph
@@ -41,6 +52,12 @@ def test_quantized_nodes_are_present(int8_drafter_int4_target, qwen3_dir, tmp_pa
         assert ops.get("MatMulNBits", 0) > 0 and "MatMulInteger" not in ops, graph  # rows stay independent
     int4 = _export(qwen3_dir, tmp_path / "int4", "int4")
     assert _ops(int4, "draft_read").get("MatMulNBits", 0) >= 10
+    # int4 keeps the vocabulary projection (hidden 64 -> vocab 96) at 8 bits, and only that
+    hidden_vocab = [(64, 96)]
+    assert _nbits(int4, "draft_read")[8] == hidden_vocab and len(_nbits(int4, "draft_read")[4]) >= 10
+    assert 8 not in _nbits(int4, "state_commit") and 8 not in _nbits(int4, "window_shift")
+    for graph in ("target_prefill", "target_verify", "target_decode"):
+        assert _nbits(int8_drafter_int4_target, graph)[8] == hidden_vocab, graph
     assert not _ops(int4, "target_verify")  # the target stays fp32 unless asked
     onnx_bytes = {p.name: p.stat().st_size for p in (int4 / "onnx").glob("*.weights")}
     fp32_bytes = {p.name: p.stat().st_size for p in (int8_drafter_int4_target / "onnx").glob("*.weights")}
@@ -64,8 +81,8 @@ def test_agreement_is_exact_on_fp32_graphs(both_formats, backend):
     for tokens in texts:
         with torch.no_grad():
             logits, features = target(torch.tensor([tokens]))
-        agree, total = drafter_agreement(graphs, drafter, features[0], tokens, CONTEXT, rng)
-        assert agree == total > 10 * drafter.cfg.block
+        agree, total, matched_fp32, matched = drafter_agreement(graphs, drafter, features[0], tokens, CONTEXT, rng)
+        assert agree == total > 10 * drafter.cfg.block and matched == matched_fp32
         for graph, (a, t) in target_agreement(graphs, specs, logits[0].argmax(-1).numpy(), tokens, rng).items():
             assert a == t, graph
             rows[graph] = rows.get(graph, 0) + t
