@@ -159,8 +159,7 @@ def drafter_agreement(graphs, drafter, features: torch.Tensor, tokens: list[int]
                       rng: np.random.Generator) -> tuple[int, int]:
     """One text, teacher-forced as the runtime runs it: the first quarter (the prompt) committed 8
     rows at a time, then rounds of a draft from the anchor and a commit of 1..8 rows. The graphs
-    keep their own window and state, eager PyTorch the fp32 ones. -> (agreeing draft tokens, compared
-    draft tokens, text-matching draft prefix lengths summed for fp32, the same for the graphs)."""
+    keep their own window and state, eager PyTorch the fp32 ones. -> (agreeing, compared) draft tokens."""
     eager = drafter.init_context(max_context)
     mine = {k: v.numpy().copy() for k, v in eager.items()}
     memory = drafter.cfg.memory != "off"
@@ -185,7 +184,7 @@ def drafter_agreement(graphs, drafter, features: torch.Tensor, tokens: list[int]
         n = min(VERIFY_ROWS, prompt - pos)
         commit(pos, n)
         pos += n
-    agree = total = matched_fp32 = matched = 0
+    agree = total = 0
     while pos + VERIFY_ROWS <= len(tokens):
         anchor, at = torch.tensor([tokens[pos]]), torch.tensor([pos])
         expected = drafter.draft_read(anchor, at, eager["win_k"], eager["win_v"], eager["win_pos"],
@@ -193,19 +192,10 @@ def drafter_agreement(graphs, drafter, features: torch.Tensor, tokens: list[int]
         got = graphs.run("draft_read", [anchor.numpy(), at.numpy(), mine["win_k"], mine["win_v"], mine["win_pos"]]
                          + ([mine["ssm_state"]] if memory else []))[0]
         agree, total = agree + int((got == expected).sum()), total + got.size
-        text = np.array(tokens[pos + 1:pos + 1 + got.size])
-        matched_fp32 += _prefix(expected, text)
-        matched += _prefix(got, text)
         n = int(rng.integers(1, VERIFY_ROWS + 1))
         commit(pos, n)
         pos += n
-    return agree, total, matched_fp32, matched
-
-
-def _prefix(drafts: np.ndarray, text: np.ndarray) -> int:
-    """How many leading drafts equal the text (what greedy verification against it would accept)."""
-    wrong = np.flatnonzero(drafts != text)
-    return int(wrong[0]) if wrong.size else len(drafts)
+    return agree, total
 
 
 def target_agreement(graphs, specs, expected: np.ndarray, tokens: list[int],
@@ -257,20 +247,13 @@ def quantized_agreement(graphs, specs, target, drafter, quant: dict, max_context
         with torch.no_grad():
             logits, features = target(torch.tensor([tokens]))
         if quant["drafter"] != "none":
-            a, t, matched_fp32, matched = drafter_agreement(graphs, drafter, features[0], tokens, max_context, rng)
-            add("draft_read", "draft_tokens", a, t)
-            add("draft_read", "text_match", matched, matched_fp32)
+            add("draft_read", "draft_tokens", *drafter_agreement(graphs, drafter, features[0], tokens,
+                                                                 max_context, rng))
         if quant["target"] != "none":
             for graph, (a, t) in target_agreement(graphs, specs, logits[0].argmax(-1).numpy(), tokens, rng).items():
                 add(graph, "argmax(logits)", a, t)
-    checks = []
-    for (g, o), (a, t) in counts.items():
-        if o == "text_match":  # drafts matching the text, quantized / fp32: how much of the fp32 tau it keeps
-            checks.append(Check(g, "text_match_kept", graphs.name, a / t if t else float("nan"), float("nan"), True,
-                                "info", t))
-        elif t:
-            checks.append(Check(g, o, graphs.name, a / t, min_agreement, a / t >= min_agreement, "agreement", t))
-    return checks
+    return [Check(g, o, graphs.name, a / t, min_agreement, a / t >= min_agreement, "agreement", t)
+            for (g, o), (a, t) in counts.items() if t]
 
 
 def validate(folder: str | Path, target_override: str | None = None, atol: float | None = None,

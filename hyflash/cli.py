@@ -181,7 +181,7 @@ def cmd_bench(args) -> int:
         raise CliError(f"--buckets must be comma-separated integers, got {args.buckets!r}") from None
     cfg = BenchConfig(artifacts=tuple(args.artifacts), buckets=buckets, prompts_from=args.prompts_from,
                       prompts_per_bucket=args.prompts_per_bucket, max_new_tokens=args.max_new_tokens,
-                      threads=args.threads)
+                      threads=args.threads, backend=args.backend)
     report = bench(cfg, progress=True)
     if args.plot:
         plot(report, args.plot)
@@ -363,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts-per-bucket", type=_positive(), default=4)
     p.add_argument("--max-new-tokens", type=_positive(), default=64)
     p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--backend", choices=["onnxruntime", "executorch"], default="onnxruntime",
+                   help="every run, target-only included, on this backend")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of tau and speedup by context")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from .backends import BACKENDS
 from .loop import GenerationConfig, Runtime, Stats
 
 DRAFT_GRAPHS = ("draft_read", "state_commit", "window_shift")
@@ -30,8 +31,11 @@ class BenchConfig:
     max_new_tokens: int = 64
     threads: int | None = None
     seed: int = 0
+    backend: str = "onnxruntime"  # or "executorch": every run (target-only included) on that backend
 
     def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if not self.artifacts:
             raise ValueError("give at least one export folder")
         if len(self.buckets) < 2 or list(self.buckets) != sorted(set(self.buckets)) or self.buckets[0] < 1:
@@ -138,7 +142,7 @@ def _run(runtime: Runtime, prompt: list[int], draft: str, max_new: int) -> Stats
 def bench(cfg: BenchConfig, progress: bool = True) -> dict:
     from tokenizers import Tokenizer
 
-    runtimes = [Runtime(folder, "onnxruntime", cfg.threads) for folder in cfg.artifacts]
+    runtimes = [Runtime(folder, cfg.backend, cfg.threads) for folder in cfg.artifacts]
     first = runtimes[0]
     for rt in runtimes[1:]:
         if rt.manifest["target"]["files"] != first.manifest["target"]["files"]:
@@ -159,7 +163,9 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
         raise ValueError(f"two exports have the same drafter ({labels}); bench compares different drafters")
     runs = [("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
     runs.append(("prompt-lookup", first, "prompt-lookup"))
-    optimum, optimum_status = OptimumBaseline.maybe(Path(first.manifest["target"]["path"]), cfg.threads)
+    optimum, optimum_status = (OptimumBaseline.maybe(Path(first.manifest["target"]["path"]), cfg.threads)
+                               if cfg.backend == "onnxruntime" else (None, f"an onnxruntime baseline; this bench runs "
+                                                                          f"on {cfg.backend}"))
     if progress and optimum_status != "ok":
         print(f"bench: the optimum-ort baseline is left out ({optimum_status})", file=sys.stderr)
     total = sum(len(p) for p in prompts.values()) * (len(runs) + (optimum is not None))
@@ -214,7 +220,8 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
     bar.close()
     return {"results": results, "graph_ms": graph_ms,
             "target_kv_bytes": first.k_cache.nbytes + first.v_cache.nbytes,
-            "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens, "optimum_ort": optimum_status}
+            "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens, "optimum_ort": optimum_status,
+            "backend": cfg.backend}
 
 
 def _label(manifest: dict) -> str:

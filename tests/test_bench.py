@@ -42,6 +42,18 @@ def _has_optimum():
     return True
 
 
+def test_bench_on_executorch(both_formats, tmp_path, capsys):
+    """The same bench on the .pte programs: every run (target-only too) on ExecuTorch, outputs cross-checked."""
+    text = tmp_path / "prompts.txt"
+    text.write_text(" ".join(f"w{t}" for t in np.random.default_rng(1).integers(3, 96, 200)))
+    assert main(["bench", str(both_formats), "--backend", "executorch", "--buckets", "8,24", "--prompts-from",
+                 str(text), "--prompts-per-bucket", "2", "--max-new-tokens", "12", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["backend"] == "executorch" and report["optimum_ort"].startswith("an onnxruntime baseline")
+    assert {r["drafter"] for r in report["results"]} == {"target-only", "random", "prompt-lookup"}
+    assert report["graph_ms"]["random"]["draft_read"] > 0
+
+
 def test_bench_refuses_bad_buckets(both_formats, capsys):
     assert main(["bench", str(both_formats), "--buckets", "64,32"]) == 2
     assert "--buckets" in capsys.readouterr().err

@@ -81,8 +81,8 @@ def test_agreement_is_exact_on_fp32_graphs(both_formats, backend):
     for tokens in texts:
         with torch.no_grad():
             logits, features = target(torch.tensor([tokens]))
-        agree, total, matched_fp32, matched = drafter_agreement(graphs, drafter, features[0], tokens, CONTEXT, rng)
-        assert agree == total > 10 * drafter.cfg.block and matched == matched_fp32
+        agree, total = drafter_agreement(graphs, drafter, features[0], tokens, CONTEXT, rng)
+        assert agree == total > 10 * drafter.cfg.block
         for graph, (a, t) in target_agreement(graphs, specs, logits[0].argmax(-1).numpy(), tokens, rng).items():
             assert a == t, graph
             rows[graph] = rows.get(graph, 0) + t
