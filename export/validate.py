@@ -125,7 +125,7 @@ def _info(spec, name, backend, got, expected) -> list[Check]:
     return checks
 
 
-AGREEMENT_TEXTS, AGREEMENT_TOKENS = 4, 256
+AGREEMENT_TEXTS, AGREEMENT_TOKENS = 8, 256
 
 
 def agreement_texts(target, max_context: int, seed: int) -> list[list[int]]:
@@ -242,15 +242,17 @@ def quantized_agreement(graphs, specs, target, drafter, quant: dict, max_context
         a, t = counts.get((graph, output), (0, 0))
         counts[graph, output] = a + agree, t + total
 
-    rng = np.random.default_rng(seed)
+    # separate streams: the drafter's rounds are the same whether or not the target is quantized too
+    drafter_rng, target_rng = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     for tokens in texts:
         with torch.no_grad():
             logits, features = target(torch.tensor([tokens]))
         if quant["drafter"] != "none":
             add("draft_read", "draft_tokens", *drafter_agreement(graphs, drafter, features[0], tokens,
-                                                                 max_context, rng))
+                                                                 max_context, drafter_rng))
         if quant["target"] != "none":
-            for graph, (a, t) in target_agreement(graphs, specs, logits[0].argmax(-1).numpy(), tokens, rng).items():
+            expected = logits[0].argmax(-1).numpy()
+            for graph, (a, t) in target_agreement(graphs, specs, expected, tokens, target_rng).items():
                 add(graph, "argmax(logits)", a, t)
     return [Check(g, o, graphs.name, a / t, min_agreement, a / t >= min_agreement, "agreement", t)
             for (g, o), (a, t) in counts.items() if t]

@@ -96,7 +96,8 @@ def markdown(report: dict) -> str:
                 return f"{max(vals):.1e}" if vals else "-"
 
             def value(output, fmt):
-                vals = [[c["value"] for c in src if c["output"] == output] for src in (rows, held)]
+                vals = [[c["value"] for c in src if c["output"] == output and c["kind"] == "agreement"]
+                        for src in (rows, held)]
                 return " / ".join(fmt.format(v[0]) if v else "-" for v in vals) if vals[0] else "-"
 
             lines.append(f"| {q} | {backend} | {worst(lambda o: 'logits' in o)} | {worst(lambda o: 'state' in o)} | "
