@@ -102,7 +102,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         graphs = {name: {"inputs": [t.to_json() for t in s.inputs], "outputs": [t.to_json() for t in s.outputs]}
                   for name, s in specs.items()}
         protos = {}
-        vocab_weight = target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 keeps it at 8 bits
+        vocab_weight = target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 leaves it fp32
         for label, key in bar:
             bar.set_postfix_str(label)
             if label == "drafter weights":
@@ -187,11 +187,10 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "prefill_chunk": cfg.prefill_chunk,
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
                          "onnx": {"int8": "dynamic int8 (MatMulInteger)",
-                                  "int4": "MatMulNBits, weight-only, group 32, asymmetric; vocabulary projection 8-bit",
+                                  "int4": "MatMulNBits, weight-only, group 32, asymmetric; vocabulary projection fp32",
                                   "none": "fp32"},
                          "pte": {"int8": "8da8w (torchao, XNNPACK)",
-                                 "int4": "8da4w, group 32 (torchao, XNNPACK); vocabulary projection 8da8w "
-                                         "(the drafter's: fp32)",
+                                 "int4": "8da4w, group 32 (torchao, XNNPACK); vocabulary projection fp32",
                                  "none": "fp32"}},
         "memory": {"kind": d.memory, **d.context_bytes(max_context, kv_bytes=4, state_bytes=4),
                    "target_kv_bytes": 2 * target.cfg.num_layers * target.cfg.num_kv_heads * max_context

@@ -3,6 +3,7 @@
 # (config + bf16 weights + its training log and loss curve), export each with the reference target,
 # and measure held-out acceptance by context bucket with `hyflash bench` (the model card's table).
 # Usage: scripts/drafter_card.sh [NAMES...]   (default: hyflash swa full gdn)
+#        INSTALL=0 scripts/drafter_card.sh     (re-measure the embedded drafters: no install from runs/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
@@ -10,15 +11,17 @@ names=("$@")
 [ $# -gt 0 ] || names=(hyflash swa full gdn)
 exports=()
 for name in "${names[@]}"; do
-  dest=hyflash/reference/drafter-$name
-  mkdir -p "$dest"
-  cp "runs/drafter-$name/model/config.json" "runs/drafter-$name/model/model.safetensors" "$dest/"
-  cp "runs/drafter-$name/log.jsonl" "$dest/train_log.jsonl"
-  .venv/bin/python -c "
+  if [ "${INSTALL:-1}" != 0 ]; then
+    dest=hyflash/reference/drafter-$name
+    mkdir -p "$dest"
+    cp "runs/drafter-$name/model/config.json" "runs/drafter-$name/model/model.safetensors" "$dest/"
+    cp "runs/drafter-$name/log.jsonl" "$dest/train_log.jsonl"
+    .venv/bin/python -c "
 from pathlib import Path; import json
 from hyflash.train.evaluate import plot_training_log
 print(json.dumps(plot_training_log(Path('runs/drafter-$name/log.jsonl'), Path('$dest/loss_curve.png'), 'drafter $name')))
 " > "$dest/train_summary.json"
+  fi
   ref=reference$([ "$name" = hyflash ] || echo "-$name")
   [ -f "runs/exports/$name/manifest.json" ] ||
     $H export --target reference --drafter "$ref" --out "runs/exports/$name" --format onnx --force
