@@ -25,7 +25,7 @@ import torch
 from hyflash.export.graphs import VERIFY_ROWS, graph_specs
 from hyflash.export.lower import export_onnx_proto
 from hyflash.export.quantize import GROUP, vocab_projections
-from hyflash.export.validate import AGREEMENT_TOKENS, agreement_texts, drafter_agreement
+from hyflash.export.validate import AGREEMENT_TOKENS, agreement_texts, drafter_agreement, text_windows
 from hyflash.models.loading import load_target
 from hyflash.reference import resolve
 from hyflash.runtime_py.bench import source_texts
@@ -105,14 +105,9 @@ def main() -> None:
     specs = graph_specs(target, drafter, args.max_context, 64)
     fp32 = {g: export_onnx_proto(specs[g], target, drafter) for g in DRAFTER_GRAPHS}
     vocab_weight = target.lm_head.weight.detach().float().T.contiguous().numpy()
-    from tokenizers import Tokenizer
-
-    ids = Tokenizer.from_file(str(resolve("reference", "target") / "tokenizer.json")).encode(
-        "\n".join(source_texts(None))).ids
     length = min(AGREEMENT_TOKENS, args.max_context - VERIFY_ROWS)
-    starts = np.linspace(0, len(ids) - length, 8).astype(int)
-    texts = {"target-written": agreement_texts(target, args.max_context, 1234),
-             "held-out": [ids[s:s + length] for s in starts]}
+    texts = {"target-written": agreement_texts(target, args.max_context, 1234),  # validate's seed
+             "held-out": text_windows(resolve("reference", "target"), "\n".join(source_texts(None)), length)}
     features = {k: [target(torch.tensor([t]))[1][0].detach() for t in v] for k, v in texts.items()}
     print("| recipe | agreement, target-written text | agreement, held-out text | draft_read ms |\n|---|---|---|---|")
     recipes = {
