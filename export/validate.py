@@ -289,6 +289,9 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     texts = []
     if (quant["drafter"], quant["target"]) != ("none", "none"):
         length = min(AGREEMENT_TOKENS, manifest["max_context"] - VERIFY_ROWS)
+        if length < 4 * VERIFY_ROWS:
+            raise ValueError(f"{folder}: max_context {manifest['max_context']} leaves too few tokens to measure "
+                             f"quantized agreement (needs >= {5 * VERIFY_ROWS}); export with a larger --max-context")
         texts = (text_windows(folder, text, length) if text is not None
                  else agreement_texts(target, manifest["max_context"], seed))
     checks = []

@@ -138,3 +138,12 @@ def test_quantized_pte(qwen3_dir, tmp_path, quantize):
     b = [t for n in runtime.generate(prompt, GenerationConfig(max_new_tokens=30, ignore_eos=True, draft="none"))
          for t in n]
     assert a == b
+
+
+def test_agreement_needs_room(qwen3_dir, tmp_path, capsys):
+    out = tmp_path / "short"
+    assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "onnx",
+                 "--max-context", "32", "--prefill-chunk", "8", "--window", "16", "--quantize", "int8"]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(out)]) == 2
+    assert "max_context 32 leaves too few tokens to measure quantized agreement" in capsys.readouterr().err
