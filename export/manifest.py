@@ -76,6 +76,8 @@ def load_manifest(folder: str | Path) -> dict:
         raise ArtifactError(f"{path}: 'files' and 'graphs' must be objects; re-export")
     listed = set(manifest["files"])
     for name, graph in manifest["graphs"].items():
+        if not isinstance(graph, dict) or not isinstance(graph.get("pte") or {}, dict):
+            raise ArtifactError(f"{path}: graph {name!r} must be an object (its 'pte' too); re-export")
         refs = [graph.get("onnx")] + [(graph.get("pte") or {}).get("file")]
         for rel in filter(None, refs):
             inside(folder, rel)

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import CONTEXT
@@ -196,6 +196,8 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 5) | st.text(max
 @given(path=st.lists(st.sampled_from(["graphs", "files", "target", "draft_read", "onnx", "pte", "file", "inputs",
                                       "format_version", "quantization", "max_context"]), min_size=1, max_size=3),
        value=JSON)
+@example(path=["graphs"], value={"": None})  # found by a CI-like fresh run: a graph that is not an object
+@example(path=["graphs", "draft_read", "pte"], value=[1])
 def test_property_mutated_manifests(both_formats, tmp_path_factory, path, value):
     """Any mutation of the manifest is either still valid or refused with a one-line error: never a
     traceback from deeper down."""
