@@ -102,7 +102,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         graphs = {name: {"inputs": [t.to_json() for t in s.inputs], "outputs": [t.to_json() for t in s.outputs]}
                   for name, s in specs.items()}
         protos = {}
-        vocab_weight = target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 leaves it fp32
+        vocab_weight = (target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 leaves it fp32
+                        if "int4" in (cfg.quantize, cfg.quantize_target) else None)
         for label, key in bar:
             bar.set_postfix_str(label)
             if label == "drafter weights":

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..models.loading import load_target
-from ..models.target import generate
+from ..models.target import generate, write_cache
 from ..train.drafter import load_drafter
 from .graphs import VERIFY_ROWS, graph_module, graph_specs
 from .manifest import ArtifactError, load_manifest, sha256
@@ -128,11 +128,16 @@ def _info(spec, name, backend, got, expected) -> list[Check]:
 AGREEMENT_TEXTS, AGREEMENT_TOKENS = 8, 256
 
 
+def agreement_length(max_context: int) -> int:
+    """Tokens per agreement text: 256, or what the context leaves room for."""
+    return min(AGREEMENT_TOKENS, max_context - VERIFY_ROWS)
+
+
 def agreement_texts(target, max_context: int, seed: int) -> list[list[int]]:
     """Token sequences the eager target writes itself, sampled at temperature 1 from a random first
     token: text on the target's own distribution, for any target, tokenizer or not."""
     gen = torch.Generator().manual_seed(seed)
-    length = min(AGREEMENT_TOKENS, max_context - VERIFY_ROWS)
+    length = agreement_length(max_context)
     texts = []
     for _ in range(AGREEMENT_TEXTS):
         first = int(torch.randint(0, target.cfg.vocab_size, (1,), generator=gen))
@@ -212,8 +217,8 @@ def target_agreement(graphs, specs, expected: np.ndarray, tokens: list[int],
         ids = np.zeros(rows, np.int64)
         ids[:n] = tokens[pos:pos + n]
         logits, _, k_new, v_new = graphs.run(name, [ids, np.arange(pos, pos + rows), np.array([n]), k_cache, v_cache])
-        k_cache[:, :, pos:pos + n] = k_new[:, :, :n]
-        v_cache[:, :, pos:pos + n] = v_new[:, :, :n]
+        write_cache(k_cache, k_new, pos, n)
+        write_cache(v_cache, v_new, pos, n)
         agree, total = counts[name]
         counts[name] = agree + int((logits[:n].argmax(-1) == expected[pos:pos + n]).sum()), total + n
 
@@ -233,9 +238,10 @@ def target_agreement(graphs, specs, expected: np.ndarray, tokens: list[int],
     return counts
 
 
-def quantized_agreement(graphs, specs, target, drafter, quant: dict, max_context: int, texts,
-                        seed: int, min_agreement: float) -> list[Check]:
-    """Agreement rows for the quantized model(s) of one backend, pooled over the texts."""
+def quantized_agreement(graphs, specs, drafter, quant: dict, max_context: int, texts, seed: int,
+                        min_agreement: float) -> list[Check]:
+    """Agreement rows for the quantized model(s) of one backend, pooled over the texts:
+    (tokens, eager features, eager argmax) each."""
     counts: dict[tuple[str, str], tuple[int, int]] = {}
 
     def add(graph, output, agree, total):
@@ -244,14 +250,11 @@ def quantized_agreement(graphs, specs, target, drafter, quant: dict, max_context
 
     # separate streams: the drafter's rounds are the same whether or not the target is quantized too
     drafter_rng, target_rng = np.random.default_rng(seed), np.random.default_rng(seed + 1)
-    for tokens in texts:
-        with torch.no_grad():
-            logits, features = target(torch.tensor([tokens]))
+    for tokens, features, expected in texts:
         if quant["drafter"] != "none":
-            add("draft_read", "draft_tokens", *drafter_agreement(graphs, drafter, features[0], tokens,
+            add("draft_read", "draft_tokens", *drafter_agreement(graphs, drafter, features, tokens,
                                                                  max_context, drafter_rng))
         if quant["target"] != "none":
-            expected = logits[0].argmax(-1).numpy()
             for graph, (a, t) in target_agreement(graphs, specs, expected, tokens, target_rng).items():
                 add(graph, "argmax(logits)", a, t)
     return [Check(g, o, graphs.name, a / t, min_agreement, a / t >= min_agreement, "agreement", t)
@@ -288,12 +291,16 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     cases = validation_cases(specs, target, drafter, seed)
     texts = []
     if (quant["drafter"], quant["target"]) != ("none", "none"):
-        length = min(AGREEMENT_TOKENS, manifest["max_context"] - VERIFY_ROWS)
+        length = agreement_length(manifest["max_context"])
         if length < 4 * VERIFY_ROWS:
             raise ValueError(f"{folder}: max_context {manifest['max_context']} leaves too few tokens to measure "
                              f"quantized agreement (needs >= {5 * VERIFY_ROWS}); export with a larger --max-context")
-        texts = (text_windows(folder, text, length) if text is not None
-                 else agreement_texts(target, manifest["max_context"], seed))
+        token_lists = (text_windows(folder, text, length) if text is not None
+                       else agreement_texts(target, manifest["max_context"], seed))
+        with torch.no_grad():  # the eager target once per text, for every backend
+            for tokens in token_lists:
+                logits, features = target(torch.tensor([tokens]))
+                texts.append((tokens, features[0], logits[0].argmax(-1).numpy()))
     checks = []
     eager = {name: graph_module(spec, target, drafter) for name, spec in specs.items()}
     for kind in kinds:
@@ -306,8 +313,8 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
                 compare = _info if quant[spec.model] != "none" else _compare
                 checks.extend(compare(spec, name, kind, got, expected))
         if texts:
-            checks.extend(quantized_agreement(graphs, specs, target, drafter, quant, manifest["max_context"],
-                                              texts, seed, min_agreement))
+            checks.extend(quantized_agreement(graphs, specs, drafter, quant, manifest["max_context"], texts, seed,
+                                              min_agreement))
     return checks
 
 

@@ -41,6 +41,7 @@ def main() -> None:
     args = p.parse_args()
     target, drafter = resolve("reference", "target"), resolve("reference", "drafter")
     report = json.loads(args.report.read_text()) if args.report.is_file() else {}
+    heldout = "\n".join(source_texts(None))  # the held-out stdlib files, as bench takes prompts
     args.report.parent.mkdir(parents=True, exist_ok=True)
     for quant in args.variants.split(","):
         folder = args.out / f"reference-{quant}"
@@ -59,7 +60,6 @@ def main() -> None:
             print(f"{quant}: validate {report[quant]['validate_s']:.0f} s, "
                   f"{sum(r.ok for r in rows)}/{len(rows)} checks ok", flush=True)
             if quant != "none":
-                heldout = "\n".join(source_texts(None))  # the held-out stdlib files, as bench takes prompts
                 report[quant]["heldout_checks"] = [c for c in checks(summarize(validate(folder, text=heldout)))
                                                    if c["kind"] == "agreement"]
         args.report.write_text(json.dumps(report, indent=1) + "\n")

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hyflash.export.graphs import VERIFY_ROWS, graph_specs
+from hyflash.export.graphs import graph_specs
 from hyflash.export.lower import export_onnx_proto
 from hyflash.export.quantize import GROUP, vocab_projections
-from hyflash.export.validate import AGREEMENT_TOKENS, agreement_texts, drafter_agreement, text_windows
+from hyflash.export.validate import agreement_length, agreement_texts, drafter_agreement, text_windows
 from hyflash.models.loading import load_target
 from hyflash.reference import resolve
 from hyflash.runtime_py.bench import source_texts
@@ -105,7 +105,7 @@ def main() -> None:
     specs = graph_specs(target, drafter, args.max_context, 64)
     fp32 = {g: export_onnx_proto(specs[g], target, drafter) for g in DRAFTER_GRAPHS}
     vocab_weight = target.lm_head.weight.detach().float().T.contiguous().numpy()
-    length = min(AGREEMENT_TOKENS, args.max_context - VERIFY_ROWS)
+    length = agreement_length(args.max_context)
     texts = {"target-written": agreement_texts(target, args.max_context, 1234),  # validate's seed
              "held-out": text_windows(resolve("reference", "target"), "\n".join(source_texts(None)), length)}
     features = {k: [target(torch.tensor([t]))[1][0].detach() for t in v] for k, v in texts.items()}
