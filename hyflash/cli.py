@@ -189,6 +189,25 @@ def cmd_bench(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- profile
+
+def cmd_profile(args) -> int:
+    from hyflash.runtime_py.profile import format_profile, profile
+
+    try:
+        contexts = tuple(int(x) for x in args.contexts.split(","))
+    except ValueError:
+        raise CliError(f"--contexts must be comma-separated integers, got {args.contexts!r}") from None
+    if not contexts or min(contexts) < 1:
+        raise CliError(f"--contexts must be positive integers, got {args.contexts!r}")
+    report = profile(args.folder, args.backend, contexts, args.threads, args.repeats, args.new_tokens,
+                     optimum=not args.no_optimum, progress=True)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    _emit(args, report, lambda: format_profile(report))
+    return 0
+
+
 # ---------------------------------------------------------------- memory
 
 def cmd_memory(args) -> int:
@@ -234,8 +253,13 @@ def _train_config(args):
 def cmd_train_target(args) -> int:
     from .train.target import train_target
 
+    init_from = None
+    if args.init_from:
+        from hyflash.reference import resolve
+
+        init_from = resolve(args.init_from, "target")
     dest = train_target(args.corpus, args.tokenizer, args.out, _train_config(args), args.seq_len,
-                        args.layers, args.hidden)
+                        args.layers, args.hidden, init_from, args.curriculum, args.probe_every)
     print(f"wrote {dest}")
     return 0
 
@@ -263,9 +287,21 @@ def cmd_eval_target(args) -> int:
     from .train.data import token_stream
     from .train.evaluate import loss_by_position, plot_loss_by_position
 
+    fillers = ()
+    if args.copy_fillers:
+        try:
+            fillers = tuple(int(x) for x in args.copy_fillers.split(","))
+        except ValueError:
+            fillers = (-1,)
+        if min(fillers) < 0:
+            raise CliError(f"--copy-fillers must be comma-separated integers >= 0, got {args.copy_fillers!r}")
     target = load_target(resolve(args.target, "target"))
     stream = token_stream(args.corpus, args.tokenizer, "heldout")
     report = loss_by_position(target, stream, args.seq_len, args.windows)
+    if fillers:
+        from hyflash.train.copyprobe import copy_rates
+
+        report["copy_rate"] = copy_rates(target, stream, fillers, args.copy_probes)
     if args.plot:
         plot_loss_by_position(report, args.plot, {"drafter window 128": 128, "drafter training 512": 512})
     if args.json:
@@ -275,6 +311,8 @@ def cmd_eval_target(args) -> int:
               f"({report['windows']} windows of {report['seq_len']})")
         for b in report["loss_by_position"]:
             print(f"  positions {b['from']:>5}-{b['to']:<5} loss {b['loss']:.3f}")
+        for name, rate in report.get("copy_rate", {}).items():
+            print(f"  distant-repeat copy rate, filler {name[5:]}: {rate:.1%}")
     return 0
 
 
@@ -369,6 +407,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("profile", help="per-graph milliseconds by committed length, target-only tokens/s")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--backend", choices=["onnxruntime", "executorch"], default="onnxruntime")
+    p.add_argument("--contexts", default="256,1024,2048", help="committed lengths to measure at")
+    p.add_argument("--repeats", type=_positive(), default=30, help="calls per graph (the median is reported)")
+    p.add_argument("--new-tokens", type=_positive(), default=64, help="target-only tokens decoded per context")
+    p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--no-optimum", action="store_true", help="leave out the optimum-ort baseline")
+    p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_profile)
+
     p = sub.add_parser("memory", help="the device memory budget, from geometry")
     p.add_argument("--preset", choices=["phi-4-reasoning", "qwen3-4b"])
     p.add_argument("--artifacts", type=Path, help="an export folder")
@@ -396,6 +446,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=_positive(), default=2048)
     p.add_argument("--layers", type=_positive(), default=12)
     p.add_argument("--hidden", type=_positive(), default=256)
+    p.add_argument("--init-from", default=None, help="continue from this target folder's weights, or 'reference'")
+    p.add_argument("--curriculum", choices=["copy"], default=None, help="mix in repeated-span rows (train/repeats.py)")
+    p.add_argument("--probe-every", type=_positive(), default=None,
+                   help="every K steps log the copy rate and held-out loss (train/copytrain.py)")
     _add_train_flags(p, steps=900, batch=4, lr=2e-3)
     p.set_defaults(func=cmd_train_target)
 
@@ -405,6 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", type=Path, default=Path("data/corpus/tokenizer.json"))
     p.add_argument("--seq-len", type=_positive(), default=2048)
     p.add_argument("--windows", type=_positive(), default=64)
+    p.add_argument("--copy-fillers", default=None, help="also the distant-repeat copy rate at these filler lengths")
+    p.add_argument("--copy-probes", type=_positive(), default=16, help="probes per filler length")
     p.add_argument("--plot", type=Path, default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval_target)

@@ -158,16 +158,9 @@ class Runtime:
                              f"{self.usable_context} (max_context {self.max_context} - 8): shorten the prompt or "
                              "export with a larger --max-context")
 
-    def generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None = None) -> Iterator[list[int]]:
-        """Yield newly committed tokens round by round; `stats` (if given) fills in as it goes."""
-        self.check_prompt(prompt)
-        stats = stats if stats is not None else Stats()
-        stats.prompt_tokens = len(prompt)
-        rng = np.random.default_rng(cfg.seed)
-        use_drafter = cfg.draft == "model"
+    def _prefill(self, prompt: list[int], use_drafter: bool, stats: Stats) -> np.ndarray:
+        """1. prefill in chunks; commit every prompt feature to the drafter, 8 rows at a time."""
         self._reset()
-        t0 = time.perf_counter()
-        # 1. prefill in chunks; commit every prompt feature to the drafter, 8 rows at a time
         logits = None
         for start in range(0, len(prompt), self.chunk):
             ids = prompt[start:start + self.chunk]
@@ -176,6 +169,45 @@ class Runtime:
                 for r in range(0, len(ids), 8):
                     self._commit(feats[r:], start + r, min(8, len(ids) - r), stats)
             logits = logits[len(ids) - 1]
+        return logits
+
+    def probe_prefill(self, prompt: list[int]) -> dict:
+        """Time to first token (speculative prefill: target chunks and drafter commits) and tokens/s."""
+        t = time.perf_counter()
+        int(self._prefill(prompt, True, Stats()).argmax())
+        s = time.perf_counter() - t
+        return {"ttft_ms": s * 1e3, "prefill_tokens_per_s": len(prompt) / s}
+
+    def probe_graph_times(self, c: int, repeats: int, median) -> dict[str, float]:
+        """Median ms of each graph call as the loop makes it, at committed length c (after probe_prefill)."""
+        stats, tok = Stats(), 1
+        out = {"target_decode": median(lambda: self._target("target_decode", [tok], c, stats), repeats),
+               "target_verify": median(lambda: self._target("target_verify", [tok] * 8, c, stats), repeats)}
+        if c + self.chunk <= self.max_context:
+            out["target_prefill"] = median(lambda: self._target("target_prefill", [tok] * self.chunk, c, stats),
+                                           repeats)
+        feats = np.zeros((8, self.specs["window_shift"]["features"]["shape"][1]), np.float32)
+        n_valid = np.array([8], np.int64)
+        read = ([np.array([tok], np.int64), np.array([c], np.int64), self.ctx["win_k"], self.ctx["win_v"],
+                 self.ctx["win_pos"]] + ([self.ctx["ssm_state"]] if self.has_memory else []))
+        out["draft_read"] = median(lambda: self._run("draft_read", read, stats), repeats)
+        if self.has_memory:
+            out["state_commit"] = median(lambda: self._run(
+                "state_commit", [feats, n_valid, self.ctx["ssm_state"], self.ctx["conv_state"]], stats), repeats)
+        shift = [feats, np.arange(c, c + 8, dtype=np.int64), n_valid, self.ctx["win_k"], self.ctx["win_v"],
+                 self.ctx["win_pos"]]
+        out["window_shift"] = median(lambda: self._run("window_shift", shift, stats), repeats)
+        return out
+
+    def generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None = None) -> Iterator[list[int]]:
+        """Yield newly committed tokens round by round; `stats` (if given) fills in as it goes."""
+        self.check_prompt(prompt)
+        stats = stats if stats is not None else Stats()
+        stats.prompt_tokens = len(prompt)
+        rng = np.random.default_rng(cfg.seed)
+        use_drafter = cfg.draft == "model"
+        t0 = time.perf_counter()
+        logits = self._prefill(prompt, use_drafter, stats)
         stats.prefill_s = time.perf_counter() - t0
         stats.phase = "decode"
         pos = len(prompt)  # the anchor's position: rows < pos are committed
