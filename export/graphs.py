@@ -1,8 +1,17 @@
-"""The exported graphs, each declared once (DESIGN §3): names, dtypes, static shapes, tolerance.
+"""The exported graphs, each declared once: names, dtypes, static shapes, tolerance (docs/design.md).
 
 Export, validation, the manifest and the runtime all read these declarations. Variants change
 the set (no `state_commit` and no state inputs without memory; no `confidence` output without
 the confidence head), never the meaning of a name.
+
+The target's graphs keep their K/V cache in place, in each format's own way:
+- ONNX: per-layer `past_key.{i}` / `past_value.{i}` inputs `[1, kvh, T, hd]` and `present_*`
+  outputs that the runtime binds to the same buffers; attention is onnxruntime's
+  GroupQueryAttention, whose cost follows the committed length, not T.
+- ExecuTorch: per-layer mutable buffers `[1, T, kvh, hd]` of `target.pte`, shared by its three
+  methods, written by `llama::update_cache` and read by `llama::custom_sdpa` (causal, so rows
+  past the block are never read).
+Both take only `tokens` and `positions`; the block starts at `positions[0]`.
 """
 
 from __future__ import annotations
@@ -12,10 +21,11 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..models.drafter import Drafter
-from ..models.target import Target
-
-VERIFY_ROWS = 8  # anchor + 7 drafts; also the commit width
+from hyflash.models.drafter import Drafter
+from hyflash.models.kv_attention import cache_attention
+from hyflash.models.target import Target
+from hyflash.runtime_py.manifest import (PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, PTE_KERNELS, VERIFY_ROWS,
+                                         cache_names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +48,12 @@ class GraphSpec:
     state_atol: float = 1e-5
 
     def tolerance(self, output: str) -> float:
-        return self.state_atol if output.endswith("_out") else self.atol
+        return self.state_atol if output.endswith("_out") or output.startswith("present_") else self.atol
+
+    @property
+    def rows(self) -> int:
+        """A target graph's width (tokens per call)."""
+        return next(t for t in self.inputs if t.name == "tokens").shape[0]
 
 
 def _f(name, *shape):
@@ -52,8 +67,7 @@ def _i(name, *shape):
 def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chunk: int) -> dict[str, GraphSpec]:
     t, d = target.cfg, drafter.cfg
     w = d.window_size(max_context)
-    kv = (t.num_layers, t.num_kv_heads, max_context, t.head_dim)
-    win = (d.layers, w, d.kv_heads, d.head_dim)
+    win = (d.layers, d.kv_heads, w, d.head_dim)  # the window in the layout its attention reads
     feat = target.feature_size
     specs = {}
     state = ()
@@ -78,13 +92,34 @@ def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chun
          _f("win_k", *win), _f("win_v", *win), _i("win_pos", w)),
         (_f("win_k_out", *win), _f("win_v_out", *win), _i("win_pos_out", w)), atol=1e-5)
     for name, rows in (("target_prefill", prefill_chunk), ("target_verify", VERIFY_ROWS), ("target_decode", 1)):
-        new = (t.num_layers, t.num_kv_heads, rows, t.head_dim)
-        specs[name] = GraphSpec(
-            name, "target",
-            (_i("tokens", rows), _i("positions", rows), _i("n_valid", 1), _f("k_cache", *kv), _f("v_cache", *kv)),
-            (_f("logits", rows, t.vocab_size), _f("features", rows, feat), _f("k_new", *new), _f("v_new", *new)),
-            atol=1e-4)
+        specs[name] = GraphSpec(name, "target", (_i("tokens", rows), _i("positions", rows)),
+                                (_f("logits", rows, t.vocab_size), _f("features", rows, feat)), atol=1e-4)
     return specs
+
+
+def cache_spec(target: Target, max_context: int) -> dict:
+    """The manifest's `cache` entry: where the target's K/V rows live in each format."""
+    c = target.cfg
+    return {"layers": c.num_layers, "kv_heads": c.num_kv_heads, "rows": max_context, "head_dim": c.head_dim,
+            "dtype": "float32",
+            "onnx": {"past": [PAST_KEY, PAST_VALUE], "present": [PRESENT_KEY, PRESENT_VALUE],
+                     "shape": [1, c.num_kv_heads, max_context, c.head_dim], "layout": "BNSH",
+                     "op": "com.microsoft.GroupQueryAttention",
+                     "binding": "bind present_* to the very buffer given as past_* (IOBinding): rows written in place"},
+            "pte": {"buffers": ["k_cache_{layer}", "v_cache_{layer}"],
+                    "shape": [1, max_context, c.num_kv_heads, c.head_dim], "layout": "BSNH",
+                    "where": "mutable buffers of target.pte, shared by its three methods "
+                             "(load all three from one Program)",
+                    "kernels": list(PTE_KERNELS)}}
+
+
+def onnx_cache_specs(target: Target, max_context: int) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The ONNX target graphs' cache inputs and outputs, in graph order."""
+    c = target.cfg
+    shape = (1, c.num_kv_heads, max_context, c.head_dim)
+    past = [_f(n, *shape) for n in cache_names(PAST_KEY, PAST_VALUE, c.num_layers)]
+    present = [_f(n, *shape) for n in cache_names(PRESENT_KEY, PRESENT_VALUE, c.num_layers)]
+    return past, present
 
 
 class DraftRead(nn.Module):
@@ -115,29 +150,78 @@ class WindowShift(nn.Module):
         return self.drafter.window_shift(features, positions, n_valid, win_k, win_v, win_pos)
 
 
-class TargetStep(nn.Module):
+class TargetOnnx(nn.Module):
+    """(tokens, positions, past_key.0, past_value.0, ...) -> (logits, features, present_key.0, ...)."""
+
     def __init__(self, target: Target):
         super().__init__()
         self.target = target
 
-    def forward(self, tokens, positions, n_valid, k_cache, v_cache):
-        return self.target.step(tokens, positions, n_valid, k_cache, v_cache)
+    def forward(self, tokens, positions, *past):
+        c = self.target.cfg
+        n = tokens.shape[0]
+        seqlens_k = positions[-1:].to(torch.int32)  # (1,): total - 1, GroupQueryAttention's convention
+        total = (positions[-1] + 1).to(torch.int32)  # (): rows of the cache once this block is written
+        present = []
+
+        def attend(i, q, k, v):  # q (1, n, heads, hd), k/v (1, n, kvh, hd) -> (1, n, heads*hd)
+            out, k_all, v_all = cache_attention(
+                q.reshape(1, n, -1), k.reshape(1, n, -1), v.reshape(1, n, -1), past[2 * i], past[2 * i + 1],
+                seqlens_k, total, c.num_heads, c.num_kv_heads)
+            present.extend((k_all, v_all))
+            return out
+
+        logits, features = self.target.step_in_place(tokens, positions, attend)
+        return (logits, features, *present)
 
 
-def graph_module(spec: GraphSpec, target: Target, drafter: Drafter) -> nn.Module:
+class TargetPte(nn.Module):
+    """(tokens, positions) -> (logits, features); the cache is this module's mutable buffers.
+
+    Needs ExecuTorch's LLM custom ops registered (`hyflash.export.lower` imports them).
+    """
+
+    def __init__(self, target: Target, max_context: int):
+        super().__init__()
+        c = target.cfg
+        self.target = target
+        self.rows = max_context
+        for i in range(c.num_layers):  # names as the manifest's cache.pte.buffers
+            self.register_buffer(f"k_cache_{i}", torch.zeros(1, max_context, c.num_kv_heads, c.head_dim))
+            self.register_buffer(f"v_cache_{i}", torch.zeros(1, max_context, c.num_kv_heads, c.head_dim))
+
+    def forward(self, tokens, positions):
+        n = tokens.shape[0]
+        start = positions[0].item()
+        torch._check_is_size(start)
+        torch._check(start + n <= self.rows)
+
+        def attend(i, q, k, v):
+            k_cache, v_cache = getattr(self, f"k_cache_{i}"), getattr(self, f"v_cache_{i}")
+            torch.ops.llama.update_cache(k, k_cache, start)  # (1, n, kvh, hd) at rows start..
+            torch.ops.llama.update_cache(v, v_cache, start)
+            out = torch.ops.llama.custom_sdpa(q, k_cache, v_cache, start, None, 0, True)
+            return out.reshape(1, n, -1)  # (1, n, heads, hd) -> (1, n, heads*hd)
+
+        return self.target.step_in_place(tokens, positions, attend)
+
+
+def graph_module(spec: GraphSpec, target: Target, drafter: Drafter, fmt: str = "onnx",
+                 max_context: int | None = None) -> nn.Module:
+    """The module a graph is traced from. fmt "onnx" | "pte" matters for the target only."""
     if spec.model == "target":
-        return TargetStep(target).eval()
+        return (TargetOnnx(target) if fmt == "onnx" else TargetPte(target, max_context)).eval()
     return {"draft_read": DraftRead, "state_commit": StateCommit, "window_shift": WindowShift}[spec.name](drafter).eval()
 
 
-def example_inputs(spec: GraphSpec) -> tuple[torch.Tensor, ...]:
+def example_inputs(spec: GraphSpec, cache: list[TensorSpec] = ()) -> tuple[torch.Tensor, ...]:
     """Tracing inputs: valid, but deliberately simple (validation uses other inputs)."""
     out = []
-    for t in spec.inputs:
-        if t.dtype == "int64":
+    for t in (*spec.inputs, *cache):
+        if t.name in ("positions", "win_pos"):
+            x = torch.arange(t.shape[0], dtype=torch.int64)
+        elif t.dtype == "int64":
             x = torch.ones(t.shape, dtype=torch.int64)
-            if t.name == "win_pos":
-                x = torch.arange(t.shape[0], dtype=torch.int64)
         else:
             x = torch.zeros(t.shape)
         out.append(x)

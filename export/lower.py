@@ -12,19 +12,26 @@ from pathlib import Path
 
 import torch
 
-from .graphs import GraphSpec, example_inputs, graph_module
+from hyflash.export.graphs import GraphSpec, example_inputs, graph_module, onnx_cache_specs
+from hyflash.export.onnx_ops import TRANSLATIONS
 
 ALIGN = 64  # external-data offsets aligned so onnxruntime can mmap tensors
 
 
-def export_onnx_proto(spec: GraphSpec, target, drafter):
-    """One graph -> an in-memory onnx.ModelProto with the spec's names and only static dims."""
-    module = graph_module(spec, target, drafter)
+def export_onnx_proto(spec: GraphSpec, target, drafter, max_context: int):
+    """One graph -> an in-memory onnx.ModelProto with the spec's names and only static dims.
+
+    Target graphs get their per-layer cache inputs and outputs (`past_*` -> `present_*`) and
+    `hyflash::cache_attention` becomes `com.microsoft.GroupQueryAttention`.
+    """
+    module = graph_module(spec, target, drafter, "onnx")
+    past, present = onnx_cache_specs(target, max_context) if spec.model == "target" else ((), ())
     with warnings.catch_warnings(), _quiet("torch.onnx"):
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(module, example_inputs(spec), dynamo=True, verbose=False,
-                                    input_names=[t.name for t in spec.inputs],
-                                    output_names=[t.name for t in spec.outputs])
+        program = torch.onnx.export(module, example_inputs(spec, past), dynamo=True, verbose=False,
+                                    input_names=[t.name for t in (*spec.inputs, *past)],
+                                    output_names=[t.name for t in (*spec.outputs, *present)],
+                                    custom_translation_table=TRANSLATIONS)
     return program.model_proto
 
 
@@ -64,26 +71,38 @@ def save_onnx_models(protos: dict[str, object], folder: Path, weights_name: str)
     return paths
 
 
-def export_pte(specs: list[GraphSpec], target, drafter, path: Path, quantize=None) -> None:
-    """Several graphs -> one .pte whose methods are the graphs, lowered to XNNPACK."""
+def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context: int, quantize=None) -> None:
+    """Several graphs -> one .pte whose methods are the graphs, lowered to XNNPACK.
+
+    The target's methods are traced from ONE module, so their cache buffers have the same names
+    and `share_mutable_buffers` gives the three methods one cache.
+    """
+    # registers llama::update_cache / llama::custom_sdpa (the target's cache kernels) with torch
+    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
+    quantize = quantize or (lambda m: m)  # a quantizer returns a copy: the eager models stay fp32
     programs = {}
+    target_module = None
     for spec in specs:
-        module = graph_module(spec, target, drafter)
-        if quantize is not None:
-            module = quantize(module)  # returns a quantized copy: the eager models stay fp32
+        if spec.model == "target":
+            target_module = target_module or quantize(graph_module(spec, target, drafter, "pte", max_context))
+            module = target_module
+        else:
+            module = quantize(graph_module(spec, target, drafter))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             programs[spec.name] = torch.export.export(module, example_inputs(spec), strict=False)
     with _quiet("executorch"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # Inputs are not memory-planned: by default ExecuTorch copies every planned input (the whole
-        # K/V cache, each call) into its arena; unplanned inputs are read where the caller keeps them.
-        # Measured on target_decode with a 2 MB cache: 2.75 ms planned, 2.41 ms unplanned.
-        config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
+        # Inputs are not memory-planned: by default ExecuTorch copies every planned input into its
+        # arena on each call; unplanned inputs are read where the caller keeps them.
+        # share_mutable_buffers: the target's methods read and write one cache (without it each
+        # method has its own copy, and verify would not see what prefill wrote).
+        config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(
+            alloc_graph_input=False, share_mutable_buffers=True), emit_mutable_buffer_names=True)
         program = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch(config)
     path.write_bytes(program.buffer)
 

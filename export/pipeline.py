@@ -17,14 +17,15 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..models.drafter import Drafter, DrafterConfig
-from ..models.loading import load_target, weight_files
-from ..models.target import Target
-from ..train.drafter import save_drafter, target_info
-from .graphs import graph_specs
-from .lower import export_onnx_proto, export_pte, save_onnx_models
-from .manifest import FORMAT_VERSION, file_hashes, sha256, write_json_atomic
-from .quantize import DRAFTER_MODES, TARGET_MODES, quantize_module, quantize_onnx
+from hyflash import __version__
+from hyflash.export.graphs import cache_spec, graph_specs
+from hyflash.export.lower import export_onnx_proto, export_pte, save_onnx_models
+from hyflash.export.quantize import DRAFTER_MODES, TARGET_MODES, quantize_module, quantize_onnx
+from hyflash.models.drafter import Drafter, DrafterConfig
+from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
+                                    target_info, weight_files)
+from hyflash.models.target import Target
+from hyflash.runtime_py.manifest import FORMAT_VERSION, file_hashes, sha256, write_json_atomic
 
 FORMATS = ("onnx", "pte")
 
@@ -61,9 +62,6 @@ class ExportConfig:
 
 
 def load_models(target_dir: Path, drafter_src: str, window: int | None, seed: int) -> tuple[Target, Drafter]:
-    from ..reference import resolve
-    from ..train.drafter import drafter_config_dict, load_drafter
-
     if drafter_src == "random":
         target = load_target(target_dir)
         overrides = {"window": window} if window else {}
@@ -78,8 +76,6 @@ def load_models(target_dir: Path, drafter_src: str, window: int | None, seed: in
 
 def export(cfg: ExportConfig, progress: bool = True) -> dict:
     """Run the export; returns the manifest. Raises before writing anything on bad input."""
-    from ..reference import resolve
-
     out = Path(cfg.out)
     if out.exists() and not cfg.force:
         raise FileExistsError(f"{out} already exists; pass --force to replace it")
@@ -99,8 +95,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         if "pte" in cfg.formats:
             steps += [("drafter.pte", "drafter"), ("target.pte", "target")]
         bar = tqdm(steps, desc="export", disable=not progress, file=sys.stderr, dynamic_ncols=True)
-        graphs = {name: {"inputs": [t.to_json() for t in s.inputs], "outputs": [t.to_json() for t in s.outputs]}
-                  for name, s in specs.items()}
+        graphs = {name: {"model": s.model, "inputs": [t.to_json() for t in s.inputs],
+                         "outputs": [t.to_json() for t in s.outputs]} for name, s in specs.items()}
         protos = {}
         vocab_weight = (target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 leaves it fp32
                         if "int4" in (cfg.quantize, cfg.quantize_target) else None)
@@ -109,8 +105,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
             if label == "drafter weights":
                 save_drafter(drafter, tmp / "drafter", target_info(target), dtype=torch.float32)
             elif label.startswith("onnx ") and key:
-                protos[key] = quantize_onnx(export_onnx_proto(specs[key], target, drafter), cfg.mode(specs[key].model),
-                                            vocab_weight=vocab_weight)
+                protos[key] = quantize_onnx(export_onnx_proto(specs[key], target, drafter, max_context),
+                                            cfg.mode(specs[key].model), vocab_weight=vocab_weight)
             elif label == "onnx weights":
                 for model in ("drafter", "target"):
                     names = {n: protos[n] for n in specs if specs[n].model == model}
@@ -119,7 +115,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
             else:
                 group = [s for s in specs.values() if s.model == key]
                 mode = cfg.mode(key)
-                export_pte(group, target, drafter, tmp / f"{key}.pte", quantize=lambda m: quantize_module(m, mode))
+                export_pte(group, target, drafter, tmp / f"{key}.pte", max_context,
+                           quantize=lambda m: quantize_module(m, mode))
                 for s in group:
                     graphs[s.name]["pte"] = {"file": f"{key}.pte", "method": s.name}
         if (target_dir / "tokenizer.json").is_file():
@@ -173,8 +170,6 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
     import onnx
     import onnxruntime
 
-    from .. import __version__
-
     d = drafter.cfg
     return {
         "format_version": FORMAT_VERSION,
@@ -185,7 +180,7 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "drafter": {"name": "random" if cfg.drafter == "random" else d.name, "source": str(cfg.drafter),
                     "config": d.to_dict()},
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
-        "prefill_chunk": cfg.prefill_chunk,
+        "prefill_chunk": cfg.prefill_chunk, "cache": cache_spec(target, max_context),
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
                          "onnx": {"int8": "dynamic int8 (MatMulInteger)",
                                   "int4": "MatMulNBits, weight-only, group 32, asymmetric; vocabulary projection fp32",

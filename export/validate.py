@@ -1,15 +1,20 @@
-"""`hyflash validate`: every graph of every format against eager PyTorch, on fresh inputs.
+"""`hyflash validate`: every graph of every format against eager PyTorch, as one loop on two backends.
 
-The eager models are rebuilt from the export's own drafter weights and the target folder the
-manifest records (its checksums checked). Inputs are not the tracing example: caches and
-windows filled by real commits, several `n_valid` values, NaN in padding rows. Names are
-checked first, then shapes and dtypes, then values; any failure is an error.
+A `Runtime` on the exported graphs and a `Runtime` on the eager backend (the models' own run-time
+functions, rebuilt from the export's drafter weights and the target folder the manifest records,
+its checksums checked) are driven through the same calls, and every output of every call is
+compared, by name. Names, shapes and dtypes are checked first; any failure is an error.
+
+- drafter: commits of 8, 3, 0, 5, 1 rows with NaN in the rows past `n_valid` (never read), each
+  followed by the state and window it leaves; drafts from the states reached.
+- target: prefill chunks (full and padded), verify blocks after rejections (stale rows behind the
+  block), decode steps, up to the last rows of the cache; logits and features of every row, and
+  (where the cache is on the host) every cache row the graphs wrote.
 
 Quantized graphs are judged by agreement with fp32, on text: sequences the target writes itself,
-run through the graphs teacher-forced the way the runtime runs them (closed loop: the graphs
-carry their own cache, window and state, so drift counts). Random features and caches, fine for
-parity, give near-tied logits whose argmax any rounding flips: agreement there says nothing
-about the drafts a user gets.
+run through the graphs the way the runtime runs them (closed loop: the graphs carry their own
+cache, window and state, so drift counts). Random features, fine for parity, give near-tied
+logits whose argmax any rounding flips: agreement there says nothing about the drafts a user gets.
 """
 
 from __future__ import annotations
@@ -19,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
-from ..models.loading import load_target
-from ..models.target import generate, write_cache
-from ..train.drafter import load_drafter
-from .graphs import VERIFY_ROWS, graph_module, graph_specs
-from .manifest import ArtifactError, load_manifest, sha256
+from hyflash.export.graphs import GraphSpec, cache_spec, graph_specs
+from hyflash.models.target import generate
+from hyflash.runtime_py.loop import Runtime
+from hyflash.runtime_py.manifest import VERIFY_ROWS, ArtifactError, load_manifest
 
 
 @dataclasses.dataclass
@@ -39,90 +44,115 @@ class Check:
     count: int = 0  # for "agreement": how many tokens were compared
 
 
-def load_eager(folder: Path, manifest: dict, target_override: str | None = None):
-    """(target, drafter) as eager modules, from the recorded target folder and the export's drafter."""
-    target_dir = Path(target_override or manifest["target"]["path"])
-    if not target_dir.is_dir():
-        raise FileNotFoundError(f"{target_dir}: the target folder recorded in the manifest is gone; "
-                                "pass --target DIR")
-    for name, expected in manifest["target"]["files"].items():
-        path = target_dir / name
-        if not path.is_file() or sha256(path) != expected:
-            raise ArtifactError(f"{path}: not the target this export was made from (sha256 differs or file missing)")
-    target = load_target(target_dir, tuple(manifest["target"]["taps"]))
-    return target, load_drafter(folder / "drafter", target)
+class Comparer:
+    """Collects one Check per compared output; quantized models' outputs are reported, not judged."""
+
+    def __init__(self, specs: dict[str, GraphSpec], backend: str, quantized: dict[str, bool]):
+        self.specs, self.backend, self.quantized = specs, backend, quantized
+        self.checks: list[Check] = []
+
+    def outputs(self, graph: str, got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+        spec = self.specs[graph]
+        for out in spec.outputs:
+            if out.name in got:
+                self.one(graph, out.name, got[out.name], expected[out.name], out.shape, out.dtype)
+
+    def one(self, graph, name, got, expected, shape, dtype) -> None:
+        spec = self.specs[graph]
+        if tuple(got.shape) != tuple(shape) or str(got.dtype) != dtype:
+            self.checks.append(Check(graph, name, self.backend, float("inf"), 0.0, False))
+            return
+        diff = float(np.abs(got.astype(np.float64) - expected.astype(np.float64)).max()) if got.size else 0.0
+        if self.quantized[spec.model]:
+            if dtype == "float32":
+                self.checks.append(Check(graph, name, self.backend, diff if np.isfinite(got).all() else float("inf"),
+                                         float("nan"), True, "info"))
+            return
+        tol = 0.0 if dtype == "int64" else spec.tolerance(name)
+        self.checks.append(Check(graph, name, self.backend, diff, tol, bool(diff <= tol)))
 
 
-def validation_cases(specs, target, drafter, seed: int):
-    """graph -> list of input tuples (torch), drawn from states reached by real commits."""
-    gen = torch.Generator().manual_seed(seed)
-    d = drafter.cfg
-    max_context = next(iter(s for s in specs.values() if s.model == "target")).inputs[3].shape[2]
-    feat = target.feature_size
-    ctx = drafter.init_context(max_context)
-    committed = 0
-    states = []
-    for n_valid in [8, 3, 8, 5, 8, 8, 1, 8]:
-        f = torch.randn(VERIFY_ROWS, feat, generator=gen)
-        f[n_valid:] = float("nan")
-        positions = torch.arange(committed, committed + VERIFY_ROWS)
-        nv = torch.tensor([n_valid])
-        with torch.no_grad():
-            if d.memory != "off":
-                ctx["ssm_state"], ctx["conv_state"] = drafter.state_commit(f, nv, ctx["ssm_state"], ctx["conv_state"])
-            ctx["win_k"], ctx["win_v"], ctx["win_pos"] = drafter.window_shift(f, positions, nv, ctx["win_k"],
-                                                                              ctx["win_v"], ctx["win_pos"])
-        committed += n_valid
-        states.append((committed, {k: v.clone() for k, v in ctx.items()}))
-    cases = {name: [] for name in specs}
-    for i, (pos, st) in enumerate(states[2::2]):
-        f = torch.randn(VERIFY_ROWS, feat, generator=gen)
-        n_valid = [0, 3, 8][i % 3]
-        f[n_valid:] = float("nan")
-        nv = torch.tensor([n_valid])
-        state = (st["ssm_state"],) if d.memory != "off" else ()
-        token = torch.randint(0, d.vocab_size, (1,), generator=gen)
-        cases["draft_read"].append((token, torch.tensor([pos]), st["win_k"], st["win_v"], st["win_pos"], *state))
-        cases["window_shift"].append((f, torch.arange(pos, pos + VERIFY_ROWS), nv, st["win_k"], st["win_v"],
-                                      st["win_pos"]))
-        if "state_commit" in cases:
-            cases["state_commit"].append((f, nv, st["ssm_state"], st["conv_state"]))
-    t = target.cfg
+def check_declarations(folder: Path, manifest: dict, specs: dict[str, GraphSpec], target) -> None:
+    """The export must declare exactly what the code does: graph names, then I/O, then the cache."""
     for name, spec in specs.items():
-        if spec.model != "target":
-            continue
-        rows = spec.inputs[0].shape[0]
-        for start, n_valid in ((0, rows), (min(37, max_context - rows), max(1, rows // 2)),
-                               (max(0, max_context - rows - 5), 1)):
-            k = torch.randn(t.num_layers, t.num_kv_heads, max_context, t.head_dim, generator=gen)
-            v = torch.randn(t.num_layers, t.num_kv_heads, max_context, t.head_dim, generator=gen)
-            tokens = torch.randint(0, t.vocab_size, (rows,), generator=gen)
-            cases[name].append((tokens, torch.arange(start, start + rows), torch.tensor([n_valid]), k, v))
-    return cases
+        declared = manifest["graphs"].get(name)
+        if declared is None:
+            raise ArtifactError(f"{folder}: graph {name!r} is missing from the manifest")
+        for kind in ("inputs", "outputs"):
+            if declared[kind] != [t.to_json() for t in getattr(spec, kind)]:
+                raise ArtifactError(f"{folder}: graph {name!r} {kind} in the manifest differ from the model's")
+    if set(manifest["graphs"]) != set(specs):
+        raise ArtifactError(f"{folder}: manifest has graphs {sorted(manifest['graphs'])}, expected {sorted(specs)}")
+    if manifest["cache"] != cache_spec(target, manifest["max_context"]):
+        raise ArtifactError(f"{folder}: the manifest's cache entry differs from the model's")
 
 
-def _compare(spec, name, backend, got, expected) -> list[Check]:
-    checks = []
-    for out_spec, g, e in zip(spec.outputs, got, expected):
-        e = e.numpy()
-        if tuple(g.shape) != tuple(out_spec.shape) or str(g.dtype) != out_spec.dtype:
-            checks.append(Check(name, out_spec.name, backend, float("inf"), 0.0, False))
-            continue
-        tol = 0.0 if out_spec.dtype == "int64" else spec.tolerance(out_spec.name)
-        diff = float(np.abs(g.astype(np.float64) - e.astype(np.float64)).max()) if g.size else 0.0
-        checks.append(Check(name, out_spec.name, backend, diff, tol, bool(diff <= tol)))
-    return checks
+def _drafter_outputs(rt: Runtime) -> dict[str, np.ndarray]:
+    """The state the last commit left, under its graphs' output names (win_k_out, ssm_state_out, ...)."""
+    return {f"{name}_out": buf for name, buf in rt.ctx.current.items()}
 
 
-def _info(spec, name, backend, got, expected) -> list[Check]:
-    """Quantized graphs on the parity inputs: float outputs' max diff, reported (not judged)."""
-    checks = []
-    for out_spec, g, e in zip(spec.outputs, got, expected):
-        if out_spec.dtype == "float32":
-            e = e.numpy()
-            diff = float(np.abs(g - e).max()) if np.isfinite(g).all() else float("inf")
-            checks.append(Check(name, out_spec.name, backend, diff, float("nan"), True, "info"))
-    return checks
+def drafter_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    feat = rt.contract.io("window_shift", "features")["shape"][1]
+    for r in (rt, eager):
+        r.ctx.reset()
+    pos = 0
+    for step, n in enumerate((8, 3, 8, 0, 8, 5, 8, 1, 8)):
+        rows = rng.standard_normal((VERIFY_ROWS, feat)).astype(np.float32)
+        for r in (rt, eager):
+            r.calls["window_shift", r.ctx.index].inputs["features"][:] = np.nan  # rows >= n must never count
+            r.commit(rows, pos, n)
+        got, expected = _drafter_outputs(rt), _drafter_outputs(eager)
+        cmp.outputs("window_shift", got, expected)
+        if "state_commit" in cmp.specs:
+            cmp.outputs("state_commit", got, expected)
+        pos += n
+        if step % 2 == 0:
+            anchor = int(rng.integers(rt.vocab))
+            outs = [r.calls["draft_read", r.ctx.index].outputs for r in (rt, eager)]
+            for r in (rt, eager):
+                r.draft(anchor, pos)
+            cmp.outputs("draft_read", *outs)
+
+
+def target_calls(max_context: int, chunk: int) -> list[tuple[str, int, int]]:
+    """(graph, position, tokens) for target parity: full and padded prefill chunks, verify blocks
+    that leave stale rows behind (a rejection), decode steps, and blocks at the end of the cache."""
+    calls, pos = [], 0
+    for n in (chunk, max(1, chunk // 2)):
+        if pos + chunk <= max_context - 2 * VERIFY_ROWS:
+            calls.append(("target_prefill", pos, n))
+            pos += n
+    calls += [("target_verify", pos, VERIFY_ROWS), ("target_decode", pos + 3, 1),
+              ("target_verify", pos + 4, VERIFY_ROWS)]
+    pos += 4 + 2  # two of the last block's rows kept
+    end = max_context - VERIFY_ROWS
+    while pos + chunk <= end:
+        calls.append(("target_prefill", pos, chunk))
+        pos += chunk
+    while pos < end:
+        calls.append(("target_verify", pos, min(VERIFY_ROWS, end - pos)))
+        pos += min(VERIFY_ROWS, end - pos)
+    return calls + [("target_verify", end, VERIFY_ROWS), ("target_decode", max_context - 1, 1)]
+
+
+def target_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> None:
+    rng = np.random.default_rng(seed + 1)
+    for r in (rt, eager):
+        r.cache.reset()
+    for graph, pos, n in target_calls(rt.max_context, rt.chunk):
+        tokens = rng.integers(0, rt.vocab, n).tolist()
+        outs = []
+        for r in (rt, eager):
+            r.run_target(graph, tokens, pos)
+            r.cache.commit(pos, n)
+            outs.append(r.calls[graph].outputs)
+        cmp.outputs(graph, *outs)
+    if rt.cache.data is not None:  # every row the graphs wrote, padding and stale rows included
+        c = rt.contract.cache
+        for i, name in enumerate(("present_key", "present_value")):
+            cmp.one("target_verify", name, rt.cache.data[i], eager.cache.data[i], rt.cache.data[i].shape, c["dtype"])
 
 
 AGREEMENT_TEXTS, AGREEMENT_TOKENS = 8, 256
@@ -150,8 +180,6 @@ def text_windows(folder: Path, text: str, length: int) -> list[list[int]]:
     path = folder / "tokenizer.json"
     if not path.is_file():
         raise ArtifactError(f"{path}: missing; --text needs the export's tokenizer (or leave --text out)")
-    from tokenizers import Tokenizer
-
     ids = Tokenizer.from_file(str(path)).encode(text).ids
     if len(ids) < length:
         raise ValueError(f"--text has {len(ids)} tokens; agreement needs at least {length} (give a longer text)")
@@ -159,86 +187,63 @@ def text_windows(folder: Path, text: str, length: int) -> list[list[int]]:
     return [ids[s:s + length] for s in starts]
 
 
-@torch.no_grad()
-def drafter_agreement(graphs, drafter, features: torch.Tensor, tokens: list[int], max_context: int,
+def drafter_agreement(rt: Runtime, eager: Runtime, features: np.ndarray, tokens: list[int],
                       rng: np.random.Generator) -> tuple[int, int]:
     """One text, teacher-forced as the runtime runs it: the first quarter (the prompt) committed 8
-    rows at a time, then rounds of a draft from the anchor and a commit of 1..8 rows. The graphs
-    keep their own window and state, eager PyTorch the fp32 ones. -> (agreeing, compared) draft tokens."""
-    eager = drafter.init_context(max_context)
-    mine = {k: v.numpy().copy() for k, v in eager.items()}
-    memory = drafter.cfg.memory != "off"
-
-    def commit(pos: int, n: int) -> None:
-        rows = torch.zeros(VERIFY_ROWS, features.shape[1])
-        rows[:n] = features[pos:pos + n]
-        nv, positions = torch.tensor([n]), torch.arange(pos, pos + VERIFY_ROWS)
-        if memory:
-            eager["ssm_state"], eager["conv_state"] = drafter.state_commit(rows, nv, eager["ssm_state"],
-                                                                           eager["conv_state"])
-            mine["ssm_state"], mine["conv_state"] = graphs.run(
-                "state_commit", [rows.numpy(), nv.numpy(), mine["ssm_state"], mine["conv_state"]])
-        eager["win_k"], eager["win_v"], eager["win_pos"] = drafter.window_shift(
-            rows, positions, nv, eager["win_k"], eager["win_v"], eager["win_pos"])
-        mine["win_k"], mine["win_v"], mine["win_pos"] = graphs.run(
-            "window_shift", [rows.numpy(), positions.numpy(), nv.numpy(), mine["win_k"], mine["win_v"],
-                             mine["win_pos"]])
-
+    rows at a time, then rounds of a draft from the anchor and a commit of 1..8 rows, on both
+    runtimes (each keeps its own window and state). -> (agreeing, compared) draft tokens."""
+    for r in (rt, eager):
+        r.ctx.reset()
     pos, prompt = 0, len(tokens) // 4
     while pos < prompt:
         n = min(VERIFY_ROWS, prompt - pos)
-        commit(pos, n)
+        for r in (rt, eager):
+            r.commit(features[pos:pos + n], pos, n)
         pos += n
     agree = total = 0
     while pos + VERIFY_ROWS <= len(tokens):
-        anchor, at = torch.tensor([tokens[pos]]), torch.tensor([pos])
-        expected = drafter.draft_read(anchor, at, eager["win_k"], eager["win_v"], eager["win_pos"],
-                                      eager["ssm_state"] if memory else None)[0].numpy()
-        got = graphs.run("draft_read", [anchor.numpy(), at.numpy(), mine["win_k"], mine["win_v"], mine["win_pos"]]
-                         + ([mine["ssm_state"]] if memory else []))[0]
+        got, expected = (r.draft(tokens[pos], pos).copy() for r in (rt, eager))
         agree, total = agree + int((got == expected).sum()), total + got.size
         n = int(rng.integers(1, VERIFY_ROWS + 1))
-        commit(pos, n)
+        for r in (rt, eager):
+            r.commit(features[pos:pos + n], pos, n)
         pos += n
     return agree, total
 
 
-def target_agreement(graphs, specs, expected: np.ndarray, tokens: list[int],
+def target_agreement(rt: Runtime, expected: np.ndarray, tokens: list[int],
                      rng: np.random.Generator) -> dict[str, tuple[int, int]]:
     """One text through the target graphs as the runtime runs them: the first quarter prefilled in
     chunks, then verify blocks (advancing 1..8 rows) and single decode steps, each writing its own
-    K/V rows. expected: fp32 eager argmax per position. -> graph: (agreeing, compared) rows."""
-    shape = specs["target_decode"].inputs[3].shape
-    k_cache, v_cache = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+    cache rows. expected: fp32 eager argmax per position. -> graph: (agreeing, compared) rows."""
     counts = {name: (0, 0) for name in ("target_prefill", "target_verify", "target_decode")}
+    rt.cache.reset()
 
     def run(name: str, pos: int, n: int) -> None:
-        rows = specs[name].inputs[0].shape[0]
-        ids = np.zeros(rows, np.int64)
-        ids[:n] = tokens[pos:pos + n]
-        logits, _, k_new, v_new = graphs.run(name, [ids, np.arange(pos, pos + rows), np.array([n]), k_cache, v_cache])
-        write_cache(k_cache, k_new, pos, n)
-        write_cache(v_cache, v_new, pos, n)
+        logits, _ = rt.run_target(name, tokens[pos:pos + n], pos)
         agree, total = counts[name]
         counts[name] = agree + int((logits[:n].argmax(-1) == expected[pos:pos + n]).sum()), total + n
 
-    chunk = specs["target_prefill"].inputs[0].shape[0]
     pos, prompt = 0, len(tokens) // 4
     while pos < prompt:
-        n = min(chunk, prompt - pos)
+        n = min(rt.chunk, prompt - pos)
         run("target_prefill", pos, n)
+        rt.cache.commit(pos, n)
         pos += n
     while pos + VERIFY_ROWS <= len(tokens):
         if rng.random() < 0.25:
             run("target_decode", pos, 1)
+            rt.cache.commit(pos, 1)
             pos += 1
         else:
             run("target_verify", pos, VERIFY_ROWS)  # all 8 rows judged; the rows past the commit go stale
-            pos += int(rng.integers(1, VERIFY_ROWS + 1))
+            step = int(rng.integers(1, VERIFY_ROWS + 1))
+            rt.cache.commit(pos, step)
+            pos += step
     return counts
 
 
-def quantized_agreement(graphs, specs, drafter, quant: dict, max_context: int, texts, seed: int,
+def quantized_agreement(rt: Runtime, eager: Runtime, quant: dict, texts, seed: int,
                         min_agreement: float) -> list[Check]:
     """Agreement rows for the quantized model(s) of one backend, pooled over the texts:
     (tokens, eager features, eager argmax) each."""
@@ -252,12 +257,11 @@ def quantized_agreement(graphs, specs, drafter, quant: dict, max_context: int, t
     drafter_rng, target_rng = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     for tokens, features, expected in texts:
         if quant["drafter"] != "none":
-            add("draft_read", "draft_tokens", *drafter_agreement(graphs, drafter, features, tokens,
-                                                                 max_context, drafter_rng))
+            add("draft_read", "draft_tokens", *drafter_agreement(rt, eager, features, tokens, drafter_rng))
         if quant["target"] != "none":
-            for graph, (a, t) in target_agreement(graphs, specs, expected, tokens, target_rng).items():
+            for graph, (a, t) in target_agreement(rt, expected, tokens, target_rng).items():
                 add(graph, "argmax(logits)", a, t)
-    return [Check(g, o, graphs.name, a / t, min_agreement, a / t >= min_agreement, "agreement", t)
+    return [Check(g, o, rt.backend.name, a / t, min_agreement, a / t >= min_agreement, "agreement", t)
             for (g, o), (a, t) in counts.items() if t]
 
 
@@ -266,29 +270,17 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
              text: str | None = None) -> list[Check]:
     """All checks of one export. `text`: measure quantized agreement on windows of this text
     instead of text the target writes."""
-    from ..runtime_py.backends import open_graphs
-
     folder = Path(folder)
     manifest = load_manifest(folder)
-    target, drafter = load_eager(folder, manifest, target_override)
+    eager = Runtime(folder, "eager", target=target_override)
+    target, drafter = eager.backend.target, eager.backend.drafter
     specs = graph_specs(target, drafter, manifest["max_context"], manifest["prefill_chunk"])
-    # names first, then shapes and dtypes: the export must declare exactly what the code does
-    for name, spec in specs.items():
-        declared = manifest["graphs"].get(name)
-        if declared is None:
-            raise ArtifactError(f"{folder}: graph {name!r} is missing from the manifest")
-        for kind in ("inputs", "outputs"):
-            mine = [t.to_json() for t in getattr(spec, kind)]
-            if declared[kind] != mine:
-                raise ArtifactError(f"{folder}: graph {name!r} {kind} in the manifest differ from the model's")
-    if set(manifest["graphs"]) != set(specs):
-        raise ArtifactError(f"{folder}: manifest has graphs {sorted(manifest['graphs'])}, expected {sorted(specs)}")
+    check_declarations(folder, manifest, specs, target)
     if atol is not None:
         specs = {n: dataclasses.replace(s, atol=atol, state_atol=atol) for n, s in specs.items()}
     kinds = backends or tuple(k for k, key in (("onnxruntime", "onnx"), ("executorch", "pte"))
                               if any(g.get(key) for g in manifest["graphs"].values()))
     quant = manifest["quantization"]
-    cases = validation_cases(specs, target, drafter, seed)
     texts = []
     if (quant["drafter"], quant["target"]) != ("none", "none"):
         length = agreement_length(manifest["max_context"])
@@ -300,21 +292,16 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
         with torch.no_grad():  # the eager target once per text, for every backend
             for tokens in token_lists:
                 logits, features = target(torch.tensor([tokens]))
-                texts.append((tokens, features[0], logits[0].argmax(-1).numpy()))
+                texts.append((tokens, features[0].numpy(), logits[0].argmax(-1).numpy()))
     checks = []
-    eager = {name: graph_module(spec, target, drafter) for name, spec in specs.items()}
     for kind in kinds:
-        graphs = open_graphs(kind, folder, manifest)
-        for name, spec in specs.items():
-            for inputs in cases[name]:
-                with torch.no_grad():
-                    expected = eager[name](*inputs)
-                got = graphs.run(name, [x.numpy() for x in inputs])
-                compare = _info if quant[spec.model] != "none" else _compare
-                checks.extend(compare(spec, name, kind, got, expected))
+        rt = Runtime(folder, kind)
+        cmp = Comparer(specs, kind, {m: quant[m] != "none" for m in ("drafter", "target")})
+        drafter_parity(rt, eager, cmp, seed)
+        target_parity(rt, eager, cmp, seed)
+        checks.extend(cmp.checks)
         if texts:
-            checks.extend(quantized_agreement(graphs, specs, drafter, quant, manifest["max_context"], texts, seed,
-                                              min_agreement))
+            checks.extend(quantized_agreement(rt, eager, quant, texts, seed, min_agreement))
     return checks
 
 

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import torch
 
-from .models.config import TargetConfig
-from .models.drafter import Drafter, DrafterConfig
-from .models.target import Target
+from hyflash.models.config import TargetConfig
+from hyflash.models.drafter import Drafter, DrafterConfig
+from hyflash.models.loading import resolve
+from hyflash.models.target import Target
+from hyflash.runtime_py.manifest import load_manifest
 
 GIB = 2**30
 BUDGET = 12 * GIB
@@ -77,13 +79,9 @@ def target_from(preset: str | None, artifacts: Path | None, target: Path | None)
             raise ValueError(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
         return TargetConfig.from_hf(PRESETS[preset]), {"window": 256}, 32768
     if artifacts:
-        from .export.manifest import load_manifest
-
         m = load_manifest(artifacts)
         d = dict(m["drafter"]["config"])
         return TargetConfig.from_hf(m["target"]["config"]), d, m["max_context"]
-    from .reference import resolve
-
     cfg = TargetConfig.from_folder(resolve(target, "target"))
     return cfg, {}, cfg.default_max_context()
 

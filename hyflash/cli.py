@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from hyflash.runtime_py.backends import BACKENDS  # numpy only: the --backend choices
+
 EXIT_USAGE = 2
 
 
@@ -37,7 +39,7 @@ def _emit(args, data: dict, text) -> None:
 # ---------------------------------------------------------------- inspect
 
 def cmd_inspect(args) -> int:
-    from .inspect import inspect_target, format_report
+    from hyflash.inspect import inspect_target, format_report
 
     report = inspect_target(args.target, args.max_context)
     _emit(args, report, lambda: format_report(report))
@@ -47,7 +49,7 @@ def cmd_inspect(args) -> int:
 # ---------------------------------------------------------------- export / validate
 
 def cmd_export(args) -> int:
-    from .export.pipeline import ExportConfig, export
+    from hyflash.export.pipeline import ExportConfig, export
 
     formats = ("onnx", "pte") if args.format == "both" else (args.format,)
     cfg = ExportConfig(target=args.target, drafter=args.drafter, out=args.out, formats=formats, window=args.window,
@@ -63,7 +65,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .export.validate import format_table, summarize, validate
+    from hyflash.export.validate import format_table, summarize, validate
 
     text = None
     if args.text is not None:
@@ -122,8 +124,8 @@ def _tokenizer(folder: Path):
 
 
 def cmd_generate(args) -> int:
-    from .runtime_py.loop import GenerationConfig, Runtime, Stats
-    from .runtime_py.sampling import Sampling
+    from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+    from hyflash.runtime_py.sampling import Sampling
 
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=Sampling(args.temperature, args.top_p),
                            seed=args.seed, ignore_eos=args.ignore_eos,
@@ -161,7 +163,7 @@ def cmd_generate(args) -> int:
 # ---------------------------------------------------------------- demo
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from hyflash.demo import run_demo
 
     r = run_demo(args.max_new_tokens, progress=not args.json)
     _emit(args, r, lambda: f"tau {r['acceptance_length']:.2f} tokens/round; {r['tokens_per_s']:.1f} tokens/s "
@@ -173,7 +175,7 @@ def cmd_demo(args) -> int:
 # ---------------------------------------------------------------- bench
 
 def cmd_bench(args) -> int:
-    from .runtime_py.bench import BenchConfig, bench, format_results, plot
+    from hyflash.runtime_py.bench import BenchConfig, bench, format_results, plot
 
     try:
         buckets = tuple(int(x) for x in args.buckets.split(","))
@@ -189,10 +191,29 @@ def cmd_bench(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- profile
+
+def cmd_profile(args) -> int:
+    from hyflash.runtime_py.profile import format_profile, profile
+
+    try:
+        contexts = tuple(int(x) for x in args.contexts.split(","))
+    except ValueError:
+        raise CliError(f"--contexts must be comma-separated integers, got {args.contexts!r}") from None
+    if not contexts or min(contexts) < 1:
+        raise CliError(f"--contexts must be positive integers, got {args.contexts!r}")
+    report = profile(args.folder, args.backend, contexts, args.threads, args.repeats, args.new_tokens,
+                     optimum=not args.no_optimum, progress=True)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    _emit(args, report, lambda: format_profile(report))
+    return 0
+
+
 # ---------------------------------------------------------------- memory
 
 def cmd_memory(args) -> int:
-    from .budget import budget, format_budget, target_from
+    from hyflash.budget import budget, format_budget, target_from
 
     sources = [x for x in (args.preset, args.artifacts, args.target) if x]
     if len(sources) != 1:
@@ -208,7 +229,7 @@ def cmd_memory(args) -> int:
 # ---------------------------------------------------------------- reference training
 
 def cmd_corpus(args) -> int:
-    from .train.data import write_corpus
+    from hyflash.train.data import write_corpus
 
     record = write_corpus(args.out)
     print(f"wrote {args.out}: {record['files']['train']} train files ({record['bytes']['train']:,} bytes), "
@@ -217,7 +238,7 @@ def cmd_corpus(args) -> int:
 
 
 def cmd_train_tokenizer(args) -> int:
-    from .train.data import train_tokenizer
+    from hyflash.train.data import train_tokenizer
 
     train_tokenizer(args.corpus / "train.txt", args.vocab_size, args.out)
     print(f"wrote {args.out}")
@@ -225,26 +246,31 @@ def cmd_train_tokenizer(args) -> int:
 
 
 def _train_config(args):
-    from .train.loop import TrainConfig
+    from hyflash.train.loop import TrainConfig
 
     return TrainConfig(out=args.out, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
                        checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads)
 
 
 def cmd_train_target(args) -> int:
-    from .train.target import train_target
+    from hyflash.train.target import train_target
 
+    init_from = None
+    if args.init_from:
+        from hyflash.models.loading import resolve
+
+        init_from = resolve(args.init_from, "target")
     dest = train_target(args.corpus, args.tokenizer, args.out, _train_config(args), args.seq_len,
-                        args.layers, args.hidden)
+                        args.layers, args.hidden, init_from, args.curriculum, args.probe_every)
     print(f"wrote {dest}")
     return 0
 
 
 def cmd_train_drafter(args) -> int:
-    from .models.drafter import DrafterConfig
-    from .models.loading import load_target
-    from .reference import resolve
-    from .train.drafter import train_drafter
+    from hyflash.models.drafter import DrafterConfig
+    from hyflash.models.loading import load_target
+    from hyflash.models.loading import resolve
+    from hyflash.train.drafter import train_drafter
 
     target = load_target(resolve(args.target, "target"))
     window = "full" if args.window == "full" else int(args.window)
@@ -258,14 +284,26 @@ def cmd_train_drafter(args) -> int:
 
 
 def cmd_eval_target(args) -> int:
-    from .models.loading import load_target
-    from .reference import resolve
-    from .train.data import token_stream
-    from .train.evaluate import loss_by_position, plot_loss_by_position
+    from hyflash.models.loading import load_target
+    from hyflash.models.loading import resolve
+    from hyflash.train.data import token_stream
+    from hyflash.train.evaluate import loss_by_position, plot_loss_by_position
 
+    fillers = ()
+    if args.copy_fillers:
+        try:
+            fillers = tuple(int(x) for x in args.copy_fillers.split(","))
+        except ValueError:
+            fillers = (-1,)
+        if min(fillers) < 0:
+            raise CliError(f"--copy-fillers must be comma-separated integers >= 0, got {args.copy_fillers!r}")
     target = load_target(resolve(args.target, "target"))
     stream = token_stream(args.corpus, args.tokenizer, "heldout")
     report = loss_by_position(target, stream, args.seq_len, args.windows)
+    if fillers:
+        from hyflash.train.copyprobe import copy_rates
+
+        report["copy_rate"] = copy_rates(target, stream, fillers, args.copy_probes)
     if args.plot:
         plot_loss_by_position(report, args.plot, {"drafter window 128": 128, "drafter training 512": 512})
     if args.json:
@@ -275,6 +313,8 @@ def cmd_eval_target(args) -> int:
               f"({report['windows']} windows of {report['seq_len']})")
         for b in report["loss_by_position"]:
             print(f"  positions {b['from']:>5}-{b['to']:<5} loss {b['loss']:.3f}")
+        for name, rate in report.get("copy_rate", {}).items():
+            print(f"  distant-repeat copy rate, filler {name[5:]}: {rate:.1%}")
     return 0
 
 
@@ -344,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--backend", choices=["onnxruntime", "executorch"], default="onnxruntime")
+    p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime")
     p.add_argument("--draft", choices=["model", "prompt-lookup"], default="model")
     p.add_argument("--no-draft", action="store_true", help="target-only decoding (the baseline)")
     p.add_argument("--threads", type=_positive(), default=None)
@@ -363,11 +403,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts-per-bucket", type=_positive(), default=4)
     p.add_argument("--max-new-tokens", type=_positive(), default=64)
     p.add_argument("--threads", type=_positive(), default=None)
-    p.add_argument("--backend", choices=["onnxruntime", "executorch"], default="onnxruntime",
+    p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime",
                    help="every run, target-only included, on this backend")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of tau and speedup by context")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("profile", help="per-graph milliseconds by committed length, target-only tokens/s")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime")
+    p.add_argument("--contexts", default="256,1024,2048", help="committed lengths to measure at")
+    p.add_argument("--repeats", type=_positive(), default=50, help="calls per graph (the median is reported)")
+    p.add_argument("--new-tokens", type=_positive(), default=64, help="target-only tokens decoded per context")
+    p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--no-optimum", action="store_true", help="leave out the optimum-ort baseline")
+    p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("memory", help="the device memory budget, from geometry")
     p.add_argument("--preset", choices=["phi-4-reasoning", "qwen3-4b"])
@@ -396,6 +448,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=_positive(), default=2048)
     p.add_argument("--layers", type=_positive(), default=12)
     p.add_argument("--hidden", type=_positive(), default=256)
+    p.add_argument("--init-from", default=None, help="continue from this target folder's weights, or 'reference'")
+    p.add_argument("--curriculum", choices=["copy"], default=None, help="mix in repeated-span rows (train/repeats.py)")
+    p.add_argument("--probe-every", type=_positive(), default=None,
+                   help="every K steps log the copy rate and held-out loss (train/copytrain.py)")
     _add_train_flags(p, steps=900, batch=4, lr=2e-3)
     p.set_defaults(func=cmd_train_target)
 
@@ -405,6 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", type=Path, default=Path("data/corpus/tokenizer.json"))
     p.add_argument("--seq-len", type=_positive(), default=2048)
     p.add_argument("--windows", type=_positive(), default=64)
+    p.add_argument("--copy-fillers", default=None, help="also the distant-repeat copy rate at these filler lengths")
+    p.add_argument("--copy-probes", type=_positive(), default=16, help="probes per filler length")
     p.add_argument("--plot", type=Path, default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval_target)

@@ -12,6 +12,18 @@ import shutil
 import sys
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
+import hyflash.export as export_pkg
+import hyflash.models as models_pkg
+import hyflash.runtime_py as runtime_pkg
+from hyflash import __version__
+from hyflash.export.pipeline import ExportConfig, export
+from hyflash.export.validate import summarize, validate
+from hyflash.models.loading import resolve
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.manifest import load_manifest
+
 # The prompt ends mid-line: a prompt ending in "\n" splits what the tokenizer merges in training
 # ("\n" + indentation is one token), and a small target then starts an unindented line.
 PROMPT = '''import re
@@ -31,15 +43,11 @@ def cache_root() -> Path:
 
 def export_key(target: Path, drafter: Path) -> str:
     """A digest of the reference weights and of the code that exports and runs them."""
-    from . import __version__
-
-    from . import export as export_pkg
-    from . import models as models_pkg
-
     h = hashlib.sha256(__version__.encode())
     read_by_export = ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json")
     files = [target / n for n in read_by_export] + [drafter / n for n in read_by_export]
-    for root in (Path(models_pkg.__file__).parent, Path(export_pkg.__file__).parent):
+    for root in (Path(models_pkg.__file__).parent, Path(export_pkg.__file__).parent,
+                 Path(runtime_pkg.__file__).parent):  # the manifest's format lives in runtime_py
         files += sorted(root.glob("*.py"))
     for f in files:
         if f.is_file():
@@ -49,12 +57,6 @@ def export_key(target: Path, drafter: Path) -> str:
 
 
 def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
-    from .export.manifest import load_manifest
-    from .export.pipeline import ExportConfig, export
-    from .export.validate import summarize, validate
-    from .reference import resolve
-    from .runtime_py.loop import GenerationConfig, Runtime, Stats
-
     target, drafter = resolve("reference", "target"), resolve("reference", "drafter")
     folder = cache_root() / f"reference-{export_key(target, drafter)}"
     try:
@@ -70,8 +72,6 @@ def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
     if failed:
         raise RuntimeError(f"the cached export failed validation ({failed[0].graph}.{failed[0].output}); "
                            f"delete {folder} and rerun")
-    from tokenizers import Tokenizer
-
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     prompt = tok.encode(PROMPT).ids
     runtime = Runtime(folder)

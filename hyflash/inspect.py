@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .models.config import TargetConfig, UnsupportedModelError
-from .models.loading import load_target
+from hyflash.models.config import TargetConfig, UnsupportedModelError
+from hyflash.models.loading import load_target, resolve
 
 
 def inspect_target(folder: str | Path, max_context: int | None = None) -> dict:
@@ -14,8 +14,6 @@ def inspect_target(folder: str | Path, max_context: int | None = None) -> dict:
     Unreadable or inconsistent folders raise (one-line messages); a readable checkpoint that
     cannot be exported gives `supported: False` and the reason.
     """
-    from .reference import resolve
-
     folder = resolve(folder, "target")
     cfg = TargetConfig.from_folder(folder)
     model = load_target(folder)

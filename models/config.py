@@ -91,7 +91,7 @@ class TargetConfig:
 
     @property
     def default_taps(self) -> tuple[int, ...]:
-        """Low, middle and high layers (DESIGN §2), duplicates dropped for shallow targets."""
+        """Low, middle and high layers (docs/design.md, "The pieces"), duplicates dropped for shallow targets."""
         n = self.num_layers
         return tuple(sorted({min(1, n - 1), n // 2, max(n - 2, 0)}))
 

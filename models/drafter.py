@@ -1,4 +1,4 @@
-"""The HyFlash drafter (DESIGN §2): local attention over a window of committed target features,
+"""The HyFlash drafter (docs/design.md): local attention over a window of committed target features,
 plus a recurrent memory of everything committed, drafting B = 7 tokens in one pass.
 
 Run-time form: three pure functions over explicit state, exactly the exported graphs
@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .memory import GatedDeltaNet, Mamba2
-from .target import RMSNorm, Rotary, Target, apply_rotary, attention
+from hyflash.models.memory import GatedDeltaNet, Mamba2
+from hyflash.models.target import RMSNorm, Rotary, Target, apply_rotary, attention
 
 MEMORY_KINDS = ("mamba2", "gated_deltanet", "off")
 
@@ -218,7 +218,7 @@ class Drafter(nn.Module):
     # ------------------------------------------------------------------ run-time form (the graphs)
 
     def draft_read(self, anchor_token, anchor_pos, win_k, win_v, win_pos, ssm_state=None):
-        """anchor_token, anchor_pos: (1,); win_k/win_v: (L_d, W, kvh, hd); win_pos: (W,) (-1 = empty);
+        """anchor_token, anchor_pos: (1,); win_k/win_v: (L_d, kvh, W, hd); win_pos: (W,) (-1 = empty);
         ssm_state: (L_d, h, P, N). -> draft_tokens (7,), draft_logits (7, V), confidence (7,) or None.
         Reads only: no state comes out."""
         cfg = self.cfg
@@ -226,25 +226,25 @@ class Drafter(nn.Module):
         cos, sin = self.rotary(anchor_pos + torch.arange(cfg.slots))
         ctx_mask = (win_pos >= 0)[None, None, :].expand(1, cfg.slots, -1)  # (1, S, W)
         for i, layer in enumerate(self.layers):
-            k_ctx = win_k[i].transpose(0, 1)[None]  # (1, kvh, W, hd)
-            v_ctx = win_v[i].transpose(0, 1)[None]
+            k_ctx = win_k[i][None]  # (1, kvh, W, hd): stored in the layout attention reads, no transpose
+            v_ctx = win_v[i][None]
             # every linear sees a 3-D input: exported as MatMul, which onnxruntime's int4 quantizer
             # handles (a 2-D input becomes Gemm, which MatMulNBitsQuantizer silently skips)
             read = (lambda x, i=i: layer.mem.read(ssm_state[i:i + 1], x)) if layer.mem is not None else None
             h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
-        base, conf = self.readout(h)
-        base = base[0]  # (7, V)
+        base, conf = self.readout(h)  # (1, 7, V), (1, 7)
         conf = conf[0] if conf is not None else None  # (7,)
-        # the Markov chain, unrolled: slot k's bias comes from slot k-1's token (the anchor for slot 1)
-        prev, tokens, logits = anchor_token, [], []
+        # the Markov chain, unrolled: slot k's bias comes from slot k-1's token (the anchor for slot 1).
+        # Kept 3-D, (1, 1, ·) per slot: five nodes a slot, and the bias a MatMul (int4 quantizes it)
+        prev, tokens, logits = anchor_token[None], [], []  # prev: (1, 1)
         for k in range(cfg.block):
-            lk = base[k]
+            lk = base[:, k:k + 1]  # (1, 1, V)
             if cfg.markov_rank:
-                lk = lk + self.markov(prev[None])[0, 0]
-            prev = lk.argmax(-1, keepdim=True)
+                lk = lk + self.markov(prev)
+            prev = lk.argmax(-1)  # (1, 1)
             tokens.append(prev)
             logits.append(lk)
-        return torch.cat(tokens), torch.stack(logits), conf
+        return torch.cat(tokens, dim=1)[0], torch.cat(logits, dim=1)[0], conf
 
     def state_commit(self, features, n_valid, ssm_state, conv_state):
         """features: (8, K*H); n_valid: (1,); ssm_state: (L_d, h, P, N); conv_state: (L_d, k-1, C).
@@ -270,16 +270,16 @@ class Drafter(nn.Module):
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
             k, v = layer.kv_heads(c[None], cos, sin)  # (1, kvh, n, hd)
-            ks.append(torch.index_select(torch.cat([win_k[i], k[0].transpose(0, 1)]), 0, keep))
-            vs.append(torch.index_select(torch.cat([win_v[i], v[0].transpose(0, 1)]), 0, keep))
+            ks.append(torch.index_select(torch.cat([win_k[i], k[0]], dim=1), 1, keep))  # (kvh, W, hd)
+            vs.append(torch.index_select(torch.cat([win_v[i], v[0]], dim=1), 1, keep))
         return torch.stack(ks), torch.stack(vs), torch.index_select(torch.cat([win_pos, pos]), 0, keep)
 
     def init_context(self, max_context: int, kv_dtype=torch.float32, state_dtype=torch.float32) -> dict:
         """The run-time buffers, empty: what the runtime allocates once and never grows."""
         cfg = self.cfg
         w = cfg.window_size(max_context)
-        ctx = {"win_k": torch.zeros(cfg.layers, w, cfg.kv_heads, cfg.head_dim, dtype=kv_dtype),
-               "win_v": torch.zeros(cfg.layers, w, cfg.kv_heads, cfg.head_dim, dtype=kv_dtype),
+        ctx = {"win_k": torch.zeros(cfg.layers, cfg.kv_heads, w, cfg.head_dim, dtype=kv_dtype),  # (L_d, kvh, W, hd)
+               "win_v": torch.zeros(cfg.layers, cfg.kv_heads, w, cfg.head_dim, dtype=kv_dtype),
                "win_pos": torch.full((w,), -1, dtype=torch.int64)}
         if cfg.memory != "off":
             s_shape, c_shape = self.layers[0].mem.state_shapes()

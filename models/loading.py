@@ -8,15 +8,24 @@ Weights are read with safetensors only (no pickle, nothing executes). On-disk na
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
-from .config import TargetConfig
-from .target import Target
+from hyflash.models.config import TargetConfig, read_json_object
+from hyflash.models.drafter import Drafter, DrafterConfig
+from hyflash.models.target import Target
 
+# The embedded reference models: package data of `hyflash` (folder hyflash/reference/), by name.
+REFERENCE = files("hyflash") / "reference"
+REFERENCE_NAMES = {
+    "target": {"reference": "target"},
+    "drafter": {"reference": "drafter-hyflash", "reference-swa": "drafter-swa",
+                "reference-full": "drafter-full", "reference-gdn": "drafter-gdn"},
+}
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
@@ -163,3 +172,67 @@ def save_target(model: Target, folder: str | Path, raw_config: dict, dtype=torch
     hf = {k: v.to(dtype).contiguous().clone() for k, v in module_to_hf(model).items()}
     save_file(hf, folder / "model.safetensors", metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n")
+
+
+def resolve(path_or_name: str | Path, kind: str) -> Path:
+    """A folder path, or the embedded model of that name (`kind` is "target" or "drafter")."""
+    name = str(path_or_name)
+    if name in REFERENCE_NAMES[kind]:
+        folder = Path(str(REFERENCE / REFERENCE_NAMES[kind][name]))
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"the embedded model {name!r} is not in this installation ({folder})")
+        return folder
+    return Path(path_or_name)
+
+
+# ---------------------------------------------------------------- drafters: config.json + model.safetensors
+
+def save_drafter(drafter: Drafter, folder: Path, target_info: dict, dtype=torch.bfloat16) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = {k: v.detach().contiguous().to(dtype) for k, v in drafter.state_dict().items()}
+    save_file(weights, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({"hyflash_drafter": drafter.cfg.to_dict(),
+                                                    "target": target_info}, indent=1) + "\n")
+
+
+def target_info(target: Target) -> dict:
+    c = target.cfg
+    return {"architecture": c.architecture, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
+            "num_layers": c.num_layers, "taps": list(target.taps)}
+
+
+def drafter_config_dict(folder: Path) -> dict:
+    """The drafter's config.json: {"hyflash_drafter": {...}, "target": {...}} (one-line errors)."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: not a drafter folder (no config.json); pass a drafter folder, 'random', "
+                                "or an embedded one: reference, reference-swa, reference-full, reference-gdn")
+    raw = read_json_object(path)
+    if not isinstance(raw.get("hyflash_drafter"), dict):
+        raise ValueError(f"{path}: not a hyflash drafter config (no 'hyflash_drafter' object)")
+    return raw
+
+
+def load_drafter(folder: str | Path, target: Target, overrides: dict | None = None) -> Drafter:
+    """A drafter folder (config.json + model.safetensors) for this target; mismatches refused.
+    `overrides` changes run-time settings that leave the weights as they are (the window)."""
+    folder = Path(folder)
+    raw = drafter_config_dict(folder)
+    made_for = raw.get("target")
+    if isinstance(made_for, dict):
+        mine = target_info(target)
+        for key in ("architecture", "num_layers", "hidden_size", "vocab_size"):
+            if key in made_for and made_for[key] != mine[key]:
+                raise ValueError(f"{folder}: the drafter was trained for a target with {key} {made_for[key]!r}; "
+                                 f"this target has {mine[key]!r}; pass the drafter's own target")
+    try:
+        cfg = DrafterConfig(**{**raw["hyflash_drafter"], **(overrides or {})})
+    except TypeError as e:
+        raise ValueError(f"{folder / 'config.json'}: not a drafter config this hyflash understands ({e})") from None
+    drafter = Drafter.for_target(target, cfg)
+    weights = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
+    missing, unexpected = drafter.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{folder}: drafter weights do not match its config "
+                         f"(missing {missing[:2]}, unexpected {unexpected[:2]})")
+    return drafter.eval()

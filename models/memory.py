@@ -37,7 +37,7 @@ class GatedRMSNorm(nn.Module):
 
     def forward(self, y, z):
         y = y * F.silu(z)
-        return self.weight * y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight  # fuses (see RMSNorm)
 
 
 class Memory(nn.Module):
@@ -107,6 +107,12 @@ class Mamba2(Memory):
     def query(self, x):
         return self.q_proj(x)[..., None, :]  # (..., n, 1, N): C_q, shared by all heads
 
+    def read(self, S, x):
+        """S: (..., h, P, N); x: (..., n, d) -> (..., n, d). With one C_q for all heads the read
+        y[s, (h, p)] = sum_n S[h, p, n] C_q[s, n] is a single MatMul."""
+        y = self.q_proj(x) @ S.flatten(-3, -2).transpose(-1, -2)  # (..., n, N) @ (..., N, h*P) -> (..., n, h*P)
+        return self.out_proj(self.norm(y, self.z_proj(x)))
+
     def split(self, conv_out, rest):
         xs = conv_out[..., :self.heads * self.head_dim].unflatten(-1, (self.heads, self.head_dim))
         B = conv_out[..., self.heads * self.head_dim:]
@@ -120,7 +126,8 @@ class Mamba2(Memory):
         later = torch.triu(torch.ones(n, n, dtype=dA.dtype, device=dA.device), diagonal=1)  # later[i, j] = j > i
         decay_after = torch.exp(later @ dA)  # (n, h): decay applied to row i by rows i+1..n-1
         total = torch.exp(dA.sum(0))  # (h,)
-        add = torch.einsum("ih,ihp,in->hpn", decay_after * dt, x, B)
+        xw = ((decay_after * dt)[:, :, None] * x).permute(1, 2, 0)  # (h, P, n): each row's x, weighted
+        add = xw @ B  # (h, P, n) @ (n, N) -> (h, P, N): one MatMul (a 3-operand Einsum is slow in onnxruntime)
         return total[:, None, None] * S + add
 
     def states_at(self, c, anchors, history=None):

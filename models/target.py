@@ -9,7 +9,7 @@ Two entry points over the same weights:
   rolled back.
 - `forward(tokens[B, T])`: plain causal forward for training and reference runs.
 
-Both return `features`: the residual stream after each tap layer, concatenated (DESIGN §2).
+Both return `features`: the residual stream after each tap layer, concatenated (docs/design.md).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import TargetConfig, rope_inv_freq
+from hyflash.models.config import TargetConfig, rope_inv_freq
 
 
 class RMSNorm(nn.Module):
@@ -28,8 +28,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        var = x.pow(2).mean(-1, keepdim=True)
-        return self.weight * (x * torch.rsqrt(var + self.eps))
+        # x / sqrt(...), not x * rsqrt(...): onnxruntime fuses this form into one
+        # SimplifiedLayerNormalization node (the rsqrt form stays 7 nodes; measured: 343 of the
+        # reference target_decode's 805 nodes were unfused norms)
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
 class Rotary(nn.Module):
@@ -46,14 +48,25 @@ class Rotary(nn.Module):
         return emb.cos() * self.scale, emb.sin() * self.scale
 
 
+def _half_turn(rot: int, like: torch.Tensor) -> torch.Tensor:
+    """(rot, rot) R = [[0, I], [-I, 0]], so that x @ R = cat(-x[half:], x[:half]): rotate-half as one
+    exact MatMul (entries 0 and ±1) instead of slice, slice, neg, concat in every exported layer.
+    Built from constants each call (the export folds it into one initializer; a cached tensor would
+    be captured as a fake one while tracing)."""
+    eye = torch.eye(rot // 2, dtype=like.dtype, device=like.device)
+    zero = torch.zeros_like(eye)
+    return torch.cat([torch.cat([zero, eye], 1), torch.cat([-eye, zero], 1)], 0)
+
+
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (..., n, head_dim); cos/sin: (n, rot). Dims past `rot` pass through (partial rotary)."""
+    """x: (..., n, head_dim); cos/sin: (n, rot), or (n, 1, rot) for x (..., n, heads, head_dim).
+    Dims past `rot` pass through (partial rotary)."""
     rot = cos.shape[-1]
+    if rot == x.shape[-1]:
+        return x * cos + (x @ _half_turn(rot, x)) * sin
     x_rot, x_pass = x[..., :rot], x[..., rot:]
-    half = rot // 2
-    rotated = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
-    out = x_rot * cos + rotated * sin
-    return torch.cat([out, x_pass], dim=-1) if x_pass.shape[-1] else out
+    out = x_rot * cos + (x_rot @ _half_turn(rot, x)) * sin
+    return torch.cat([out, x_pass], dim=-1)
 
 
 class Layer(nn.Module):
@@ -74,20 +87,29 @@ class Layer(nn.Module):
 
     def project(self, x, cos, sin):
         """x: (B, n, H) -> q (B, heads, n, hd), k and v (B, kv_heads, n, hd), RoPE applied."""
+        q, k, v = self.project_rows(x, cos, sin)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def project_rows(self, x, cos, sin):
+        """x: (B, n, H) -> q (B, n, heads, hd), k and v (B, n, kv_heads, hd), RoPE applied: the
+        layout the in-place cache kernels take, with no transpose in the graph."""
         b, n, _ = x.shape
         hd = self.cfg.head_dim
         q, k, v = self.qkv(self.attn_norm(x)).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(b, n, -1, hd).transpose(1, 2)
-        k = k.view(b, n, -1, hd).transpose(1, 2)
-        v = v.view(b, n, -1, hd).transpose(1, 2)
+        q, k, v = q.view(b, n, -1, hd), k.view(b, n, -1, hd), v.view(b, n, -1, hd)
         if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = cos[:, None], sin[:, None]  # (n, 1, rot): one angle per row, for every head
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
     def finish(self, x, attn):
         """attn: (B, heads, n, hd) -> the layer's output (B, n, H)."""
         b, _, n, _ = attn.shape
-        x = x + self.o(attn.transpose(1, 2).reshape(b, n, self.q_size))
+        return self.finish_rows(x, attn.transpose(1, 2).reshape(b, n, self.q_size))
+
+    def finish_rows(self, x, attn):
+        """attn: (B, n, heads*hd), heads side by side per row -> the layer's output (B, n, H)."""
+        x = x + self.o(attn)
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
 
@@ -174,6 +196,24 @@ class Target(nn.Module):
                 feats.append(x[0])
         logits = self.lm_head(self.norm(x))[0]
         return logits, torch.cat(feats, dim=-1), torch.stack(k_out), torch.stack(v_out)
+
+    def step_in_place(self, tokens, positions, attend):
+        """The deployed form: each layer's attention is `attend(layer, q, k, v)`, an op that writes the
+        block's K/V rows into a cache it owns and attends over the committed rows plus the block.
+
+        tokens, positions: (n,) int64, contiguous from positions[0]; q (1, n, heads, hd), k and v
+        (1, n, kvh, hd) with RoPE applied; attend returns (1, n, heads*hd).
+        Returns logits (n, V) and features (n, K*H).
+        """
+        cos, sin = self.rotary(positions)
+        x = self.embed(tokens)[None]  # (1, n, H): a leading batch dim keeps linears as MatMul
+        feats = []
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.project_rows(x, cos, sin)
+            x = layer.finish_rows(x, attend(i, q, k, v))
+            if i in self.taps:
+                feats.append(x[0])
+        return self.lm_head(self.norm(x))[0], torch.cat(feats, dim=-1)
 
     def empty_cache(self, max_context: int, dtype=torch.float32):
         c = self.cfg

@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .backends import BACKENDS
-from .loop import GenerationConfig, Runtime, Stats
-
-DRAFT_GRAPHS = ("draft_read", "state_commit", "window_shift")
-
+from hyflash.runtime_py.backends import BACKENDS
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
+from hyflash.train.data import is_heldout, stdlib_files, stdlib_root
 
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
@@ -46,8 +45,6 @@ class BenchConfig:
 
 def source_texts(prompts_from: Path | None) -> list[str]:
     if prompts_from is None:
-        from ..train.data import is_heldout, stdlib_files, stdlib_root
-
         root = stdlib_root()
         return [(root / rel).read_text(encoding="utf-8", errors="replace")
                 for rel in stdlib_files(root) if is_heldout(rel)]
@@ -210,7 +207,7 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
                 row["accepted_per_slot"] = [float(x) / rounds for x in slots]
                 ms = _graph_ms_per_round(st)
                 row["graph_ms_per_round"] = ms
-                drafting = sum(v for g, v in ms.items() if g in DRAFT_GRAPHS)
+                drafting = sum(v for g, v in ms.items() if g in DRAFTER_GRAPHS)
                 row["drafter_share"] = drafting / sum(ms.values()) if ms else 0.0
                 graph_ms[label] = ms
             if draft == "model":
@@ -219,7 +216,7 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
         results.extend(extra)
     bar.close()
     return {"results": results, "graph_ms": graph_ms,
-            "target_kv_bytes": first.k_cache.nbytes + first.v_cache.nbytes,
+            "target_kv_bytes": first.context_bytes(0)["target_kv_allocated"],
             "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens, "optimum_ort": optimum_status,
             "backend": cfg.backend}
 

@@ -1,9 +1,10 @@
-"""The speculative loop an on-device app runs (DESIGN §5), over any backend of `backends.py`.
+"""The speculative loop an on-device app runs (docs/design.md, "The loop"), on any backend.
 
-The runtime owns every buffer: the target's static K/V cache (allocated once, rows written in
-place at their positions) and the drafter's window and recurrent state. Rejected drafts cost
-no rollback: their cache rows are overwritten by the next round, and they never reach the
-drafter's state (only rows 0..k are committed).
+The runtime owns every buffer, allocated once and bound to the graphs once (`backends.py`):
+the target's cache (`TargetCache`, rows written in place by the graphs at their positions),
+the drafter's window and state (`DrafterContext`), and the small inputs and outputs of every
+call. Rejected drafts cost no rollback: their cache rows are overwritten by the next round,
+and they never reach the drafter's state (only rows 0..k are committed).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Iterator
 
 import numpy as np
 
-from ..export.manifest import load_manifest
-from .backends import open_graphs
-from .lookup import prompt_lookup
-from .sampling import Sampling, accept, choose
+from hyflash.runtime_py.backends import Call, open_backend
+from hyflash.runtime_py.lookup import prompt_lookup
+from hyflash.runtime_py.manifest import VERIFY_ROWS, Contract, load_manifest
+from hyflash.runtime_py.sampling import Sampling, accept, choose
+from hyflash.runtime_py.state import DrafterContext, TargetCache
 
 DRAFTS = ("model", "prompt-lookup", "none")
 
@@ -73,79 +75,100 @@ class Stats:
 
 
 class Runtime:
-    def __init__(self, folder: str | Path, backend: str = "onnxruntime", threads: int | None = None):
+    def __init__(self, folder: str | Path, backend: str = "onnxruntime", threads: int | None = None,
+                 target: str | Path | None = None):
+        """`target`: the eager backend's target folder, if it moved since export."""
         self.folder = Path(folder)
-        self.manifest = m = load_manifest(self.folder)
-        self.graphs = open_graphs(backend, self.folder, m, threads)
-        self.specs = {g: {t["name"]: t for t in spec["inputs"]} for g, spec in m["graphs"].items()}
-        self.max_context = m["max_context"]
-        self.chunk = m["prefill_chunk"]
-        self.block = m["block"]
-        self.vocab = m["graphs"]["target_decode"]["outputs"][0]["shape"][1]  # logits: (1, V)
-        eos = m["target"]["config"].get("eos_token_id")
+        self.manifest = load_manifest(self.folder)
+        self.contract = c = Contract(self.manifest)
+        self.backend = open_backend(backend, self.folder, c, threads, target)
+        self.max_context, self.chunk, self.block, self.vocab = c.max_context, c.prefill_chunk, c.block, c.vocab
+        eos = self.manifest["target"]["config"].get("eos_token_id")
         self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        self.has_memory = "state_commit" in m["graphs"]
-        kv = self.specs["target_decode"]["k_cache"]["shape"]
-        self.k_cache = np.zeros(kv, np.float32)  # allocated once; rows written in place
-        self.v_cache = np.zeros(kv, np.float32)
-        self.ctx = {name: np.zeros(self.specs["draft_read"][name]["shape"], np.float32)
-                    for name in ("win_k", "win_v")}
-        if self.has_memory:
-            for name in ("ssm_state", "conv_state"):
-                self.ctx[name] = np.zeros(self.specs["state_commit"][name]["shape"], np.float32)
-        self.ctx["win_pos"] = np.full(self.specs["draft_read"]["win_pos"]["shape"], -1, np.int64)
+        self.has_memory = c.has_memory
+        self.cache = TargetCache(c, host=self.backend.host_cache)
+        self.ctx = DrafterContext(c)
+        self.calls = self._bind_all()
+
+    def _bind(self, graph: str, pool_in: dict, pool_out: dict, cache: TargetCache | None = None) -> Call:
+        """Bind a graph's inputs and outputs, by name, to arrays of the pools (allocated once)."""
+        g = self.contract.graph(graph)
+        return self.backend.bind(graph, {t["name"]: pool_in[t["name"]] for t in g["inputs"]},
+                                 {t["name"]: pool_out[t["name"]] for t in g["outputs"]}, cache)
+
+    def _bind_all(self) -> dict:
+        """Every call the loop makes, bound once: target graphs by name, drafter graphs by the
+        context copy they read (`ctx.index`); a drafter graph writes the other copy."""
+        c = self.contract
+
+        def arrays(graph, kind):
+            return {t["name"]: np.zeros(t["shape"], np.dtype(t["dtype"])) for t in c.graph(graph)[kind]}
+
+        calls = {}
+        for g in ("target_prefill", "target_verify", "target_decode"):
+            calls[g] = self._bind(g, arrays(g, "inputs"), arrays(g, "outputs"), self.cache)
+        small = {**arrays("window_shift", "inputs"), **arrays("draft_read", "inputs")}  # features, n_valid, ...
+        read_out = arrays("draft_read", "outputs")  # the drafts: both copies' reads land here
+        for i, (mine, theirs) in enumerate(zip(self.ctx.copies, self.ctx.copies[::-1])):
+            pool_in = {**small, **mine}
+            pool_out = {**read_out, **{f"{name}_out": buf for name, buf in theirs.items()}}
+            calls["draft_read", i] = self._bind("draft_read", pool_in, pool_out)
+            calls["window_shift", i] = self._bind("window_shift", pool_in, pool_out)
+            if self.has_memory:
+                calls["state_commit", i] = self._bind("state_commit", pool_in, pool_out)
+        return calls
 
     @property
     def usable_context(self) -> int:
-        return self.max_context - 8
+        return self.contract.usable_context
 
     def context_bytes(self, committed: int) -> dict:
-        win = self.ctx["win_k"].nbytes + self.ctx["win_v"].nbytes
-        rows = self.ctx["win_k"].shape[1]
-        state = sum(self.ctx[k].nbytes for k in ("ssm_state", "conv_state") if k in self.ctx)
-        occupied = win * min(committed, rows) // rows
-        return {"allocated": win + self.ctx["win_pos"].nbytes + state,
-                "occupied": occupied + self.ctx["win_pos"].nbytes + state,
-                "window_allocated": win, "window_occupied": occupied, "state": state,
-                "target_kv_allocated": self.k_cache.nbytes + self.v_cache.nbytes}
+        c = self.contract.cache
+        kv = 2 * c["layers"] * c["kv_heads"] * c["rows"] * c["head_dim"] * np.dtype(c["dtype"]).itemsize
+        return {**self.ctx.context_bytes(committed), "target_kv_allocated": kv}
 
-    def _run(self, graph: str, inputs: list, stats: Stats) -> list[np.ndarray]:
+    def _run(self, graph: str, call: Call, stats: Stats | None) -> None:
+        if stats is None:
+            call.run()
+            return
         t = time.perf_counter()
-        out = self.graphs.run(graph, inputs)
+        call.run()
         key = graph if stats.phase == "decode" else f"prefill/{graph}"
         stats.graph_ms[key] += (time.perf_counter() - t) * 1e3
         stats.graph_calls[key] += 1
-        return out
 
-    def _reset(self) -> None:
-        for name, buf in self.ctx.items():
-            buf.fill(-1 if name == "win_pos" else 0)
-
-    def _target(self, graph: str, tokens: list[int], pos: int, stats: Stats):
-        """Run a target graph on `tokens` at positions pos.. (padded to its width); write their K/V rows."""
-        rows = self.specs[graph]["tokens"]["shape"][0]
+    def run_target(self, graph: str, tokens, pos: int, stats: Stats | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Run a target graph on `tokens` at positions pos.. (padded to its width); the graph writes
+        all its rows into the cache. -> (logits, features), arrays reused by the next call."""
+        call = self.calls[graph]
+        ids, positions = call.inputs["tokens"], call.inputs["positions"]
+        self.cache.check_room(pos, len(ids))
         n = len(tokens)
-        ids = np.zeros(rows, np.int64)
         ids[:n] = tokens
-        positions = np.arange(pos, pos + rows, dtype=np.int64)
-        logits, feats, k_new, v_new = self._run(
-            graph, [ids, positions, np.array([n], np.int64), self.k_cache, self.v_cache], stats)
-        self.k_cache[:, :, pos:pos + n] = k_new[:, :, :n]
-        self.v_cache[:, :, pos:pos + n] = v_new[:, :, :n]
-        return logits, feats
+        ids[n:] = 0
+        positions[:] = np.arange(pos, pos + len(positions))
+        self._run(graph, call, stats)
+        return call.outputs["logits"], call.outputs["features"]
 
-    def _commit(self, feats: np.ndarray, pos: int, n: int, stats: Stats) -> None:
-        """Fold committed rows (n <= 8 of feats) at positions pos.. into the drafter's memory and window."""
-        rows = np.zeros((8, feats.shape[1]), np.float32)
-        rows[:n] = feats[:n]
-        n_valid = np.array([n], np.int64)
-        if self.has_memory:
-            self.ctx["ssm_state"], self.ctx["conv_state"] = self._run(
-                "state_commit", [rows, n_valid, self.ctx["ssm_state"], self.ctx["conv_state"]], stats)
-        positions = np.arange(pos, pos + 8, dtype=np.int64)
-        self.ctx["win_k"], self.ctx["win_v"], self.ctx["win_pos"] = self._run(
-            "window_shift", [rows, positions, n_valid, self.ctx["win_k"], self.ctx["win_v"], self.ctx["win_pos"]],
-            stats)
+    def draft(self, anchor: int, pos: int, stats: Stats | None = None) -> np.ndarray:
+        """draft_read on the current context: the drafts for positions pos+1..pos+7."""
+        call = self.calls["draft_read", self.ctx.index]
+        call.inputs["anchor_token"][0] = anchor
+        call.inputs["anchor_pos"][0] = pos
+        self._run("draft_read", call, stats)
+        return call.outputs["draft_tokens"]
+
+    def commit(self, feats: np.ndarray, pos: int, n: int, stats: Stats | None = None) -> None:
+        """Fold committed rows (the first n <= 8 of feats) at positions pos.. into the drafter's memory
+        and window: the graphs read the current context copy and write the other, which becomes current."""
+        shift = self.calls["window_shift", self.ctx.index]
+        shift.inputs["features"][:n] = feats[:n]  # rows >= n are never read (the n_valid rule)
+        shift.inputs["n_valid"][0] = n
+        shift.inputs["positions"][:] = np.arange(pos, pos + VERIFY_ROWS)
+        if self.has_memory:  # shares features and n_valid with window_shift
+            self._run("state_commit", self.calls["state_commit", self.ctx.index], stats)
+        self._run("window_shift", shift, stats)
+        self.ctx.flip()
 
     def check_prompt(self, prompt: list[int]) -> None:
         if not prompt:
@@ -155,8 +178,27 @@ class Runtime:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab - 1})")
         if len(prompt) >= self.usable_context:
             raise ValueError(f"the prompt has {len(prompt)} tokens; this export's usable context is "
-                             f"{self.usable_context} (max_context {self.max_context} - 8): shorten the prompt or "
-                             "export with a larger --max-context")
+                             f"{self.usable_context} (max_context {self.max_context} - {VERIFY_ROWS}): shorten the "
+                             "prompt or export with a larger --max-context")
+
+    def prefill(self, prompt: list[int], use_drafter: bool, stats: Stats) -> np.ndarray:
+        """1. The prompt through target_prefill in chunks (the tail through target_verify where a
+        whole chunk would pass the cache's end); every prompt feature committed to the drafter,
+        8 rows at a time. -> the logits after the last prompt token."""
+        self.cache.reset()
+        self.ctx.reset()
+        pos, logits = 0, None
+        while pos < len(prompt):
+            graph = "target_prefill" if pos + self.chunk <= self.max_context else "target_verify"
+            ids = prompt[pos:pos + self.contract.width(graph)]
+            logits, feats = self.run_target(graph, ids, pos, stats)
+            self.cache.commit(pos, len(ids))
+            if use_drafter:
+                for r in range(0, len(ids), VERIFY_ROWS):
+                    self.commit(feats[r:], pos + r, min(VERIFY_ROWS, len(ids) - r), stats)
+            logits = logits[len(ids) - 1].copy()  # the output array is reused by the next call
+            pos += len(ids)
+        return logits
 
     def generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None = None) -> Iterator[list[int]]:
         """Yield newly committed tokens round by round; `stats` (if given) fills in as it goes."""
@@ -165,17 +207,8 @@ class Runtime:
         stats.prompt_tokens = len(prompt)
         rng = np.random.default_rng(cfg.seed)
         use_drafter = cfg.draft == "model"
-        self._reset()
         t0 = time.perf_counter()
-        # 1. prefill in chunks; commit every prompt feature to the drafter, 8 rows at a time
-        logits = None
-        for start in range(0, len(prompt), self.chunk):
-            ids = prompt[start:start + self.chunk]
-            logits, feats = self._target("target_prefill", ids, start, stats)
-            if use_drafter:
-                for r in range(0, len(ids), 8):
-                    self._commit(feats[r:], start + r, min(8, len(ids) - r), stats)
-            logits = logits[len(ids) - 1]
+        logits = self.prefill(prompt, use_drafter, stats)  # 1. prefill
         stats.prefill_s = time.perf_counter() - t0
         stats.phase = "decode"
         pos = len(prompt)  # the anchor's position: rows < pos are committed
@@ -190,30 +223,28 @@ class Runtime:
                 yield new
             if stats.stop_reason:
                 break
-            if cfg.draft == "none":
-                logits, _ = self._target("target_decode", [anchor], pos, stats)
+            if cfg.draft == "none":  # target-only: one row at a time through target_decode
+                logits, _ = self.run_target("target_decode", [anchor], pos, stats)
+                self.cache.commit(pos, 1)
                 anchor = choose(logits[0], cfg.sampling, rng)
                 pos += 1
                 new = [anchor]
                 continue
-            # 2. draft
-            if use_drafter:
-                drafts = self._run("draft_read", [np.array([anchor], np.int64), np.array([pos], np.int64),
-                                                  self.ctx["win_k"], self.ctx["win_v"], self.ctx["win_pos"]]
-                                   + ([self.ctx["ssm_state"]] if self.has_memory else []), stats)[0]
-            else:
-                drafts = prompt_lookup(prompt + stats.tokens, self.block)
+            # 2. draft d_1..d_7 for positions pos+1..pos+7
+            drafts = (self.draft(anchor, pos, stats) if use_drafter
+                      else prompt_lookup(prompt + stats.tokens, self.block))
             # 3. verify [anchor, d_1..d_7] at pos..pos+7 (all 8 K/V rows written; rejected ones go stale)
-            logits, feats = self._target("target_verify", [anchor, *drafts.tolist()], pos, stats)
+            logits, feats = self.run_target("target_verify", [anchor, *drafts.tolist()], pos, stats)
             # 4. accept the longest agreeing prefix, plus the target's bonus token
             k, bonus = accept(drafts, logits, cfg.sampling, rng)
             stats.rounds += 1
             stats.accepted_per_slot += [0] * (self.block - len(stats.accepted_per_slot))
             for i in range(k):
                 stats.accepted_per_slot[i] += 1
-            # 5. commit rows 0..k (anchor and accepted drafts) to the drafter: never a rejected one
+            # 5. commit rows 0..k (anchor and accepted drafts): the cache's text and the drafter's context
+            self.cache.commit(pos, k + 1)
             if use_drafter:
-                self._commit(feats, pos, k + 1, stats)
+                self.commit(feats, pos, k + 1, stats)
             # 6. emit d_1..d_k and the bonus; the bonus is the next anchor
             new = [*drafts[:k].tolist(), bonus]
             anchor, pos = bonus, pos + k + 1
@@ -235,5 +266,42 @@ class Runtime:
         if prompt_len + done + len(out) >= limit:
             stats.stop_reason = ("max_new_tokens" if limit < self.usable_context else
                                  f"usable context reached ({self.usable_context} tokens = max_context "
-                                 f"{self.max_context} - 8)")
+                                 f"{self.max_context} - {VERIFY_ROWS})")
         return out
+
+    # ---------------------------------------------------------------- measurement (`hyflash profile`)
+
+    def probe_prefill(self, prompt: list[int]) -> dict:
+        """Time to first token (speculative prefill: target chunks and drafter commits) and tokens/s."""
+        t = time.perf_counter()
+        int(self.prefill(prompt, True, Stats()).argmax())
+        s = time.perf_counter() - t
+        return {"ttft_ms": s * 1e3, "prefill_tokens_per_s": len(prompt) / s}
+
+    def probe_graph_times(self, c: int, repeats: int, passes: int = 5) -> dict[str, list[float]]:
+        """Milliseconds of each call as the loop makes it, at committed length c (after probe_prefill):
+        `repeats` calls of each graph, in `passes` runs of back-to-back calls with the graphs taking
+        turns between runs (a graph's cost alone, warm; a slow spell of the machine spread over all).
+        Calls at one position overwrite the same rows and never commit, so the state stays put."""
+        tok, i = 1, self.ctx.index
+        shift = self.calls["window_shift", i]
+        shift.inputs["n_valid"][0] = VERIFY_ROWS
+        shift.inputs["positions"][:] = np.arange(c, c + VERIFY_ROWS)
+        calls = {"target_decode": lambda: self.run_target("target_decode", [tok], c),
+                 "target_verify": lambda: self.run_target("target_verify", [tok] * VERIFY_ROWS, c),
+                 "draft_read": lambda: self.draft(tok, c),
+                 "window_shift": shift.run}
+        if c + self.chunk <= self.max_context:
+            calls["target_prefill"] = lambda: self.run_target("target_prefill", [tok] * self.chunk, c)
+        if self.has_memory:
+            calls["state_commit"] = self.calls["state_commit", i].run
+        times = {name: [] for name in calls}
+        per_pass = max(1, repeats // passes)
+        for _ in range(passes):
+            for name, fn in calls.items():
+                fn()  # warm-up: the previous graph's weights have just been through the caches
+                for _ in range(per_pass):
+                    t = time.perf_counter()
+                    fn()
+                    times[name].append((time.perf_counter() - t) * 1e3)
+        return times

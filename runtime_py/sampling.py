@@ -1,4 +1,4 @@
-"""Token choice and the acceptance rule (DESIGN §5), numpy only.
+"""Token choice and the acceptance rule (docs/design.md, "The loop"), numpy only.
 
 Greedy: accept draft d_i while it equals the target's argmax c_{i-1}; the bonus is c_k.
 Sampled: drafts are the drafter's argmax chain, so the proposal q is one-hot: accept d_i with

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # After the drafter runs of scripts/reference.sh: install each drafter as embedded reference data
-# (config + bf16 weights + its training log and loss curve), export each with the reference target,
+# (config + bf16 weights in the package; its training log and loss curve beside the model card), export each with the reference target,
 # and measure held-out acceptance by context bucket with `hyflash bench` (the model card's table).
 # Usage: scripts/drafter_card.sh [NAMES...]   (default: hyflash swa full gdn)
 #        INSTALL=0 scripts/drafter_card.sh     (re-measure the embedded drafters: no install from runs/)
@@ -12,15 +12,15 @@ names=("$@")
 exports=()
 for name in "${names[@]}"; do
   if [ "${INSTALL:-1}" != 0 ]; then
-    dest=hyflash/reference/drafter-$name
-    mkdir -p "$dest"
+    dest=hyflash/reference/drafter-$name card=docs/reference/drafter-$name
+    mkdir -p "$dest" "$card"
     cp "runs/drafter-$name/model/config.json" "runs/drafter-$name/model/model.safetensors" "$dest/"
-    cp "runs/drafter-$name/log.jsonl" "$dest/train_log.jsonl"
+    cp "runs/drafter-$name/log.jsonl" "$card/train_log.jsonl"
     .venv/bin/python -c "
 from pathlib import Path; import json
 from hyflash.train.evaluate import plot_training_log
-print(json.dumps(plot_training_log(Path('runs/drafter-$name/log.jsonl'), Path('$dest/loss_curve.png'), 'drafter $name')))
-" > "$dest/train_summary.json"
+print(json.dumps(plot_training_log(Path('runs/drafter-$name/log.jsonl'), Path('$card/loss_curve.png'), 'drafter $name')))
+" > "$card/train_summary.json"
   fi
   ref=reference$([ "$name" = hyflash ] || echo "-$name")
   [ -f "runs/exports/$name/manifest.json" ] ||
@@ -32,7 +32,7 @@ done
   $H export --target reference --drafter reference --out runs/exports/hyflash-int4 --format onnx --quantize int4 --force
 exports+=(runs/exports/hyflash-int4)
 $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket "${PROMPTS:-8}" --max-new-tokens 64 \
-  --threads 2 --plot hyflash/reference/bench.png --json > hyflash/reference/bench.json
+  --threads 2 --plot docs/reference/bench.png --json > docs/reference/bench.json
 .venv/bin/python -c "
 import json; from hyflash.runtime_py.bench import format_results, markdown_tables
-r = json.load(open('hyflash/reference/bench.json')); print(format_results(r)); print(); print(markdown_tables(r))"
+r = json.load(open('docs/reference/bench.json')); print(format_results(r)); print(); print(markdown_tables(r))"

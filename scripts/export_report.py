@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hyflash.export.pipeline import ExportConfig, export
 from hyflash.export.validate import summarize, validate
-from hyflash.reference import resolve
+from hyflash.models.loading import resolve
 from hyflash.runtime_py.bench import source_texts
 
 

@@ -27,9 +27,9 @@ from hyflash.export.lower import export_onnx_proto
 from hyflash.export.quantize import GROUP, vocab_projections
 from hyflash.export.validate import agreement_length, agreement_texts, drafter_agreement, text_windows
 from hyflash.models.loading import load_target
-from hyflash.reference import resolve
+from hyflash.models.loading import resolve
 from hyflash.runtime_py.bench import source_texts
-from hyflash.train.drafter import drafter_config_dict, load_drafter
+from hyflash.models.loading import drafter_config_dict, load_drafter
 
 DRAFTER_GRAPHS = ("draft_read", "state_commit", "window_shift")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The embedded reference pair, made by the project's own commands (DESIGN §6, issue 6).
+# The embedded reference pair, made by the project's own commands (docs/design.md; issue 6).
 # Each step resumes where it stopped (checkpoints under runs/); rerun the script to continue.
 set -euo pipefail
 cd "$(dirname "$0")/.."

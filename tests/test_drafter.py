@@ -67,7 +67,8 @@ CASES += [dict(memory="off", window="full"), dict(memory="mamba2", slot_attentio
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
 @pytest.mark.parametrize("overrides", CASES, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_training_form_equals_run_time_form(overrides, dtype):
-    """fp32 within 1e-5; in fp64 the two forms agree to rounding (1e-10): the math is the same."""
+    """fp32 within 1e-5 of the logits' scale; in fp64 the two forms agree to rounding (1e-10): the
+    math is the same."""
     torch.set_default_dtype(dtype)
     try:
         _check_forms_agree(tiny_drafter(**overrides).to(dtype), 1e-5 if dtype == torch.float32 else 1e-10)
@@ -86,14 +87,15 @@ def _check_forms_agree(drafter, atol):
     with torch.no_grad():
         anchors, draft_tokens, rt_logits, rt_conf = run_time(drafter, features, tokens, sizes, max_context=64)
         prev = torch.cat([tokens[anchors][:, None], draft_tokens[:, :-1]], dim=1)
+        scale = max(1.0, float(rt_logits.abs().max()))  # rounding grows with the values rounded
         tr_logits, tr_conf = drafter.forward_train(features, tokens, anchors, prev)
         if drafter.cfg.memory != "off":  # the trainer's batched memory scan: one sequence of a batch of two
             batch = torch.stack([features, torch.randn(features.shape, generator=gen)])
             memory = drafter.memory_inputs(batch, torch.stack([anchors, anchors.flip(0)]))
             batched, _ = drafter.forward_train(features, tokens, anchors, prev, memory[0])
-            assert (batched - rt_logits).abs().max() <= atol
+            assert (batched - rt_logits).abs().max() <= atol * scale
     diff = (tr_logits - rt_logits).abs()
-    assert diff.max() <= atol, f"max {diff.max():.3g}, mean {diff.mean():.3g}, logit scale {rt_logits.abs().max():.3g}"
+    assert diff.max() <= atol * scale, f"max {diff.max():.3g}, mean {diff.mean():.3g}, logit scale {rt_logits.abs().max():.3g}"
     assert torch.equal(tr_logits.argmax(-1), draft_tokens)
     if rt_conf is not None:
         assert (tr_conf - rt_conf).abs().max() <= atol
@@ -221,7 +223,7 @@ def test_context_bytes_match_allocated_tensors(memory, window):
     assert counted["window_allocated"] == ctx["win_k"].nbytes + ctx["win_v"].nbytes
     if memory != "off":
         assert counted["state"] == ctx["ssm_state"].nbytes and counted["conv_state"] == ctx["conv_state"].nbytes
-    assert drafter.cfg.context_bytes(64, occupied=3)["window_occupied"] == 3 * ctx["win_k"][:, 0].nbytes * 2
+    assert drafter.cfg.context_bytes(64, occupied=3)["window_occupied"] == 3 * ctx["win_k"][:, :, 0].nbytes * 2
 
 
 def test_config_rejects_bad_values():

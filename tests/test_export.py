@@ -9,11 +9,10 @@ import torch
 
 from hf_models import save_hf_model
 from hyflash.cli import main
-from hyflash.export.manifest import ArtifactError, load_manifest
 from hyflash.export.validate import summarize, validate
 from hyflash.models.drafter import Drafter, DrafterConfig
-from hyflash.models.loading import load_target
-from hyflash.train.drafter import save_drafter, target_info
+from hyflash.models.loading import load_target, save_drafter, target_info
+from hyflash.runtime_py.manifest import ArtifactError, Contract, load_manifest, sha256
 
 from conftest import CONTEXT, export_folder as _export
 
@@ -42,17 +41,29 @@ def onnx_exports(qwen3_dir, tmp_path_factory):
 
 def test_manifest_and_graph_contracts(both_formats):
     manifest = load_manifest(both_formats)
-    assert manifest["format_version"] == 1 and manifest["drafter"]["name"] == "random"
+    assert manifest["format_version"] == 2 and manifest["drafter"]["name"] == "random"
     assert set(manifest["graphs"]) == {"draft_read", "state_commit", "window_shift", "target_prefill",
                                        "target_verify", "target_decode"}
     assert manifest["max_context"] == CONTEXT and manifest["window"] == 24 and manifest["block"] == 7
+    contract = Contract(manifest)
+    past, present = contract.onnx_cache_io()
+    cache = manifest["cache"]
+    assert len(past) == 2 * cache["layers"] and past[:2] == ["past_key.0", "past_value.0"]
+    assert cache["pte"]["kernels"] == ["llama::update_cache", "llama::custom_sdpa"]
     for name, graph in manifest["graphs"].items():
         model = onnx.load(both_formats / graph["onnx"], load_external_data=False)
         for value in list(model.graph.input) + list(model.graph.output):
             dims = value.type.tensor_type.shape.dim
             assert all(d.HasField("dim_value") for d in dims), (name, value.name)
-        assert [i.name for i in model.graph.input] == [t["name"] for t in graph["inputs"]]
-        assert [o.name for o in model.graph.output] == [t["name"] for t in graph["outputs"]]
+        inputs, outputs = [t["name"] for t in graph["inputs"]], [t["name"] for t in graph["outputs"]]
+        if graph["model"] == "target":  # the cache as per-layer I/O, bound in place at run time
+            assert inputs == ["tokens", "positions"] and outputs == ["logits", "features"]
+            inputs, outputs = inputs + past, outputs + present
+            shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.input}
+            assert shapes["past_key.0"] == cache["onnx"]["shape"] == [1, cache["kv_heads"], CONTEXT, cache["head_dim"]]
+            assert [n.op_type for n in model.graph.node].count("GroupQueryAttention") == cache["layers"]
+        assert [i.name for i in model.graph.input] == inputs
+        assert [o.name for o in model.graph.output] == outputs
     commit = manifest["graphs"]["state_commit"]
     shapes = {t["name"]: t["shape"] for t in commit["inputs"] + commit["outputs"]}
     assert shapes["ssm_state"] == shapes["ssm_state_out"] and shapes["conv_state"] == shapes["conv_state_out"]
@@ -113,8 +124,6 @@ def test_validate_fails_loudly_on_a_wrong_graph(onnx_exports, tmp_path, capsys):
             init.raw_data = bytes(len(init.raw_data))  # zero a norm: the logits change
             break
     onnx.save(model, broken / "onnx" / "target_decode.onnx")
-    from hyflash.export.manifest import sha256
-
     manifest["files"]["onnx/target_decode.onnx"] = sha256(broken / "onnx" / "target_decode.onnx")
     (broken / "manifest.json").write_text(json.dumps(manifest))
     assert main(["validate", str(broken)]) == 1

@@ -7,13 +7,9 @@ import pytest
 
 from conftest import CHUNK, CONTEXT
 from hyflash.cli import main
-from hyflash.export.graphs import graph_specs
-from hyflash.export.manifest import load_manifest
 from hyflash.export.quantize import quantized_op_counts, vocab_projections
-from hyflash.export.validate import (agreement_texts, drafter_agreement, load_eager, summarize, target_agreement,
-                                     validate)
+from hyflash.export.validate import agreement_texts, drafter_agreement, summarize, target_agreement, validate
 from hyflash.models.loading import load_target
-from hyflash.runtime_py.backends import open_graphs
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 
 
@@ -72,10 +68,8 @@ def test_agreement_is_exact_on_fp32_graphs(both_formats, backend):
     state through runtime-shaped rounds) give 100% on fp32 graphs: what they count is quantization."""
     import torch
 
-    manifest = load_manifest(both_formats)
-    target, drafter = load_eager(both_formats, manifest)
-    specs = graph_specs(target, drafter, CONTEXT, CHUNK)
-    graphs = open_graphs(backend, both_formats, manifest)
+    eager, exported = Runtime(both_formats, "eager"), Runtime(both_formats, backend)
+    target = eager.backend.target
     texts = agreement_texts(target, CONTEXT, seed=3)
     assert len({tuple(t) for t in texts}) == len(texts) and all(len(t) == CONTEXT - 8 for t in texts)
     rng = np.random.default_rng(0)
@@ -83,9 +77,9 @@ def test_agreement_is_exact_on_fp32_graphs(both_formats, backend):
     for tokens in texts:
         with torch.no_grad():
             logits, features = target(torch.tensor([tokens]))
-        agree, total = drafter_agreement(graphs, drafter, features[0], tokens, CONTEXT, rng)
-        assert agree == total > 10 * drafter.cfg.block
-        for graph, (a, t) in target_agreement(graphs, specs, logits[0].argmax(-1).numpy(), tokens, rng).items():
+        agree, total = drafter_agreement(exported, eager, features[0].numpy(), tokens, rng)
+        assert agree == total > 10 * eager.block
+        for graph, (a, t) in target_agreement(exported, logits[0].argmax(-1).numpy(), tokens, rng).items():
             assert a == t, graph
             rows[graph] = rows.get(graph, 0) + t
     assert min(rows.values()) > 0 and len(rows) == 3  # prefill, verify and decode all ran

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from hyflash.demo import PROMPT
 from hyflash.export.pipeline import ExportConfig, export
-from hyflash.reference import resolve
+from hyflash.models.loading import resolve
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 
 
@@ -81,7 +81,7 @@ def test_trained_drafter_greedy_equals_target_only_executorch(tmp_path_factory, 
 
 def test_long_run_to_the_usable_context(reference_export):
     # its own process: peak RSS is per process, and this one has exported models before
-    out = subprocess.run([sys.executable, "-m", "hyflash.runtime_py.longrun", str(reference_export), "--json"],
+    out = subprocess.run([sys.executable, "-m", "hyflash.longrun", str(reference_export), "--json"],
                          capture_output=True, text=True)
     r = json.loads(out.stdout)
     assert out.returncode == 0, out.stderr[-2000:]

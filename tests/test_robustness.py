@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import CONTEXT
 from hyflash.cli import main
-from hyflash.export.manifest import load_manifest
+from hyflash.runtime_py.manifest import load_manifest
 from hyflash.runtime_py.loop import GenerationConfig, Runtime
 
 
@@ -30,7 +30,8 @@ def broken_exports(both_formats, tmp_path_factory):
     root = tmp_path_factory.mktemp("broken")
     manifest = json.loads((both_formats / "manifest.json").read_text())
     edits = {
-        "version": lambda m: m.update(format_version=2),
+        "version": lambda m: m.update(format_version=3),
+        "old-version": lambda m: m.update(format_version=1),
         "missing-key": lambda m: m.pop("graphs"),
         "outside": lambda m: m["graphs"]["draft_read"].update(onnx="../../etc/passwd"),
         "absolute": lambda m: m["files"].update({"/etc/passwd": "0" * 64}),
@@ -54,8 +55,7 @@ def _mismatched_drafter(qwen3_dir, root):
     """A drafter made for a different (wider) target."""
     from hf_models import save_hf_model
     from hyflash.models.drafter import Drafter, DrafterConfig
-    from hyflash.models.loading import load_target
-    from hyflash.train.drafter import save_drafter, target_info
+    from hyflash.models.loading import load_target, save_drafter, target_info
 
     other = root / "other-target"
     save_hf_model("llama", other)
@@ -86,6 +86,8 @@ def cases(qwen3_dir, both_formats, broken, mismatched, tmp):
         "validate missing": (["validate", str(tmp / "nope")], "not a folder"),
         "validate checkpoint": (["validate", str(qwen3_dir)], "no manifest.json"),
         "validate future version": (["validate", str(broken["version"])], "format_version"),
+        "generate old format": (["generate", str(broken["old-version"]), "--prompt-ids", "5"],
+                                "format_version 1 is not supported (this hyflash reads 2); re-export"),
         "validate missing key": (["validate", str(broken["missing-key"])], "missing key"),
         "validate path outside": (["validate", str(broken["outside"])], "outside the export folder"),
         "validate absolute path": (["validate", str(broken["absolute"])], "not a relative path"),
@@ -147,7 +149,7 @@ def test_killed_export_leaves_nothing_that_validates_and_a_rerun_works(qwen3_dir
     else:
         assert main(["validate", str(out)]) == 2
     assert main(["export", *args[4:], "--force"]) == 0
-    assert load_manifest(out)["format_version"] == 1
+    assert load_manifest(out)["format_version"] == 2
     assert [p.name for p in tmp_path.iterdir()] == ["export"]  # the killed run's partial folder is gone
 
 

@@ -22,7 +22,7 @@ def generate(runtime, prompt, **kw):
     return tokens, stats
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "executorch"])
+@pytest.mark.parametrize("backend", ["eager", "onnxruntime", "executorch"])
 def test_greedy_speculative_equals_target_only_equals_transformers(both_formats, hf_checkpoint, backend):
     _, hf = hf_checkpoint("qwen3")  # the same random weights the export was made from (seed 0)
     runtime = Runtime(both_formats, backend)
@@ -40,14 +40,14 @@ def test_greedy_speculative_equals_target_only_equals_transformers(both_formats,
 def test_rejected_drafts_never_reach_the_state(both_formats, qwen3_dir):
     runtime = Runtime(both_formats)
     committed = []
-    run = runtime.graphs.run
+    for i in (0, 1):  # both context copies' state_commit calls: record the rows each one folds in
+        call = runtime.calls["state_commit", i]
 
-    def record(graph, inputs):
-        if graph == "state_commit":
-            committed.append(inputs[0][:int(inputs[1][0])].copy())
-        return run(graph, inputs)
+        def record(call=call, run=call.run):
+            committed.append(call.inputs["features"][:int(call.inputs["n_valid"][0])].copy())
+            run()
 
-    runtime.graphs.run = record
+        call.run = record
     prompt = np.random.default_rng(2).integers(3, 96, 21).tolist()
     tokens, stats = generate(runtime, prompt, max_new_tokens=30, ignore_eos=True, draft="model")
     rows = np.concatenate(committed)
@@ -166,3 +166,39 @@ def test_generate_json_and_text(both_formats, capsys):
                 "drafter_context_bytes"):
         assert key in out
     assert len(out["tokens"]) == 12 and out["text"].split() == [f"w{t}" for t in out["tokens"]]
+
+
+def test_onnxruntime_binds_every_buffer_once_and_in_place(both_formats):
+    """No per-call copies: every OrtValue the calls hold is a view of the runtime's own array (the
+    same address), the target's present_* outputs are the very past_* buffers, and those stay put
+    across a whole generation."""
+    runtime = Runtime(both_formats)
+    verify = runtime.calls["target_verify"]
+    arrays = [*verify.inputs.values(), *verify.outputs.values()]
+    layers = [b for i in range(runtime.cache.layers) for b in runtime.cache.layer(i)]
+    addresses = {v.data_ptr() for v in verify.held}
+    assert addresses == {a.ctypes.data for a in arrays + layers}
+    assert len(verify.held) == len(arrays) + len(layers)  # one OrtValue per cache buffer: past and present
+    before = runtime.cache.data.ctypes.data, {k: v.ctypes.data for k, v in verify.outputs.items()}
+    prompt = np.random.default_rng(4).integers(3, 96, 20).tolist()
+    generate(runtime, prompt, max_new_tokens=24, ignore_eos=True)
+    assert (runtime.cache.data.ctypes.data, {k: v.ctypes.data for k, v in verify.outputs.items()}) == before
+    assert np.abs(runtime.cache.data[:, :, :, :, :len(prompt)]).sum() > 0  # the graphs wrote the rows
+
+
+def test_cache_and_context_rules(both_formats):
+    runtime = Runtime(both_formats, "eager")
+    cache, ctx = runtime.cache, runtime.ctx
+    cache.commit(0, 10)
+    cache.check_room(10, 8)  # the next block: fine
+    cache.check_room(4, 8)  # a block behind the committed end (stale rows ahead of it): fine
+    with pytest.raises(ValueError, match="does not fit the cache"):
+        cache.check_room(11, 8)  # would skip an unwritten row
+    with pytest.raises(ValueError, match="does not fit the cache"):
+        cache.commit(0, CONTEXT - 4)
+        cache.check_room(CONTEXT - 4, 8)  # past the last row
+    first, second = ctx.current, ctx.other
+    feats = np.ones((8, runtime.contract.io("window_shift", "features")["shape"][1]), np.float32)
+    runtime.commit(feats, 0, 3)
+    assert ctx.current is second and ctx.other is first  # written into the other copy, which is now current
+    assert ctx.current["win_pos"][-3:].tolist() == [0, 1, 2] and (ctx.current["win_pos"][:-3] == -1).all()

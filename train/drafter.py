@@ -1,4 +1,4 @@
-"""`hyflash train-drafter`: distil a drafter from a frozen target (DESIGN §2, Training).
+"""`hyflash train-drafter`: distil a drafter from a frozen target (docs/design.md).
 
 For each training sequence the target runs once (no grad) and gives the features and its own
 next-token choices; anchors are sampled; slot k of anchor a learns the target's choice for
@@ -8,19 +8,17 @@ drafter's greedy chain is still right at slot k (binary cross-entropy).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import nn
 
-from ..models.config import read_json_object
-from ..models.drafter import Drafter, DrafterConfig
-from ..models.target import Target
-from .data import sample_windows, token_stream
-from .loop import TrainConfig, train
+from hyflash.models.drafter import Drafter, DrafterConfig
+from hyflash.models.loading import save_drafter, target_info
+from hyflash.models.target import Target
+from hyflash.train.data import sample_windows, token_stream
+from hyflash.train.loop import TrainConfig, train
 
 
 class Distill(nn.Module):
@@ -67,20 +65,6 @@ class Distill(nn.Module):
         return loss, metrics
 
 
-def save_drafter(drafter: Drafter, folder: Path, target_info: dict, dtype=torch.bfloat16) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    weights = {k: v.detach().contiguous().to(dtype) for k, v in drafter.state_dict().items()}
-    save_file(weights, folder / "model.safetensors")
-    (folder / "config.json").write_text(json.dumps({"hyflash_drafter": drafter.cfg.to_dict(),
-                                                    "target": target_info}, indent=1) + "\n")
-
-
-def target_info(target: Target) -> dict:
-    c = target.cfg
-    return {"architecture": c.architecture, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
-            "num_layers": c.num_layers, "taps": list(target.taps)}
-
-
 def train_drafter(target: Target, drafter_cfg: DrafterConfig, corpus: Path, tokenizer: Path, cfg: TrainConfig,
                   seq_len: int = 512, anchors: int = 48) -> Path:
     torch.manual_seed(cfg.seed)  # the same initial weights in every process and every rerun
@@ -94,42 +78,3 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig, corpus: Path, toke
     dest = cfg.out / "model"
     save_drafter(drafter.eval(), dest, target_info(target))
     return dest
-
-
-def drafter_config_dict(folder: Path) -> dict:
-    """The drafter's config.json: {"hyflash_drafter": {...}, "target": {...}} (one-line errors)."""
-    path = folder / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder}: not a drafter folder (no config.json); pass a drafter folder, 'random', "
-                                "or an embedded one: reference, reference-swa, reference-full, reference-gdn")
-    raw = read_json_object(path)
-    if not isinstance(raw.get("hyflash_drafter"), dict):
-        raise ValueError(f"{path}: not a hyflash drafter config (no 'hyflash_drafter' object)")
-    return raw
-
-
-def load_drafter(folder: str | Path, target: Target, overrides: dict | None = None) -> Drafter:
-    """A drafter folder (config.json + model.safetensors) for this target; mismatches refused.
-    `overrides` changes run-time settings that leave the weights as they are (the window)."""
-    from safetensors.torch import load_file
-
-    folder = Path(folder)
-    raw = drafter_config_dict(folder)
-    made_for = raw.get("target")
-    if isinstance(made_for, dict):
-        mine = target_info(target)
-        for key in ("architecture", "num_layers", "hidden_size", "vocab_size"):
-            if key in made_for and made_for[key] != mine[key]:
-                raise ValueError(f"{folder}: the drafter was trained for a target with {key} {made_for[key]!r}; "
-                                 f"this target has {mine[key]!r}; pass the drafter's own target")
-    try:
-        cfg = DrafterConfig(**{**raw["hyflash_drafter"], **(overrides or {})})
-    except TypeError as e:
-        raise ValueError(f"{folder / 'config.json'}: not a drafter config this hyflash understands ({e})") from None
-    drafter = Drafter.for_target(target, cfg)
-    weights = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
-    missing, unexpected = drafter.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{folder}: drafter weights do not match its config "
-                         f"(missing {missing[:2]}, unexpected {unexpected[:2]})")
-    return drafter.eval()

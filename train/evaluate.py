@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..models.target import Target
+from hyflash.models.target import Target
 
 
 @torch.no_grad()

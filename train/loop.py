@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -153,3 +154,10 @@ def _record_rank_checksums(params, rank: int, size: int, out: Path) -> None:
     dist.all_gather(every, mine)
     if rank == 0:
         (out / "rank_checksums.json").write_text(json.dumps([e.tolist() for e in every]))
+
+
+def lm_loss(model, batch: np.ndarray):
+    """Next-token cross-entropy of a (B, T+1) batch of token windows: the target's training loss."""
+    tokens = torch.from_numpy(batch)
+    logits, _ = model(tokens[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()), {}

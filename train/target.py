@@ -7,15 +7,14 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
-from ..models.config import TargetConfig
-from ..models.loading import save_target
-from ..models.target import Target
-from .data import EOS, sample_windows, token_stream
-from .loop import TrainConfig, train
+from hyflash.models.config import TargetConfig
+from hyflash.models.loading import load_target, save_target
+from hyflash.models.target import Target
+from hyflash.train.data import EOS, sample_windows, token_stream
+from hyflash.train.copytrain import CopyCurriculum
+from hyflash.train.loop import TrainConfig, lm_loss, train
 
 
 def reference_config(vocab_size: int, eos_id: int, layers: int = 12, hidden: int = 256) -> dict:
@@ -50,27 +49,47 @@ def init_weights(model: Target, seed: int) -> None:
                 p.zero_()
 
 
-def lm_loss(model, batch: np.ndarray):
-    tokens = torch.from_numpy(batch)
-    logits, _ = model(tokens[:, :-1])
-    return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()), {}
-
-
 def train_target(corpus: Path, tokenizer: Path, out: Path, cfg: TrainConfig, seq_len: int = 2048,
-                 layers: int = 12, hidden: int = 256) -> Path:
-    """Train and write a Hugging Face folder to `out/model` (config, weights, tokenizer)."""
+                 layers: int = 12, hidden: int = 256, init_from: Path | None = None,
+                 curriculum: str | None = None, probe_every: int | None = None) -> Path:
+    """Train and write a Hugging Face folder to `out/model` (config, weights, tokenizer).
+
+    `init_from`: continue from that target folder's weights (its config; `layers`/`hidden`
+    unused). `curriculum` ("copy", train/repeats.py) and `probe_every` (copy rate and held-out
+    loss in the log): train/copytrain.py. Without them, the original recipe unchanged.
+    """
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tokenizer))
-    raw = reference_config(tok.get_vocab_size(), tok.token_to_id(EOS), layers, hidden)
-    model = Target(TargetConfig.from_hf(raw))
-    init_weights(model, cfg.seed)
+    if init_from is not None:
+        model, raw = _init_from(Path(init_from), tokenizer)
+    else:
+        raw = reference_config(tok.get_vocab_size(), tok.token_to_id(EOS), layers, hidden)
+        model = Target(TargetConfig.from_hf(raw))
+        init_weights(model, cfg.seed)
     stream = token_stream(corpus, tokenizer, "train")
-    log = train(model, lm_loss, lambda rng, n: sample_windows(stream, n, seq_len + 1, rng), cfg, "target")
+    if curriculum or probe_every:
+        heldout = token_stream(corpus, tokenizer, "heldout") if probe_every else None
+        cur = CopyCurriculum(stream, heldout, tok.get_vocab_size(), tok.token_to_id(EOS), seq_len, out,
+                             curriculum, probe_every)
+        log = train(model, cur.loss_fn, cur.batch_fn, cfg, "target")
+    else:
+        log = train(model, lm_loss, lambda rng, n: sample_windows(stream, n, seq_len + 1, rng), cfg, "target")
     dest = out / "model"
     save_target(model.eval(), dest, raw, dtype=torch.bfloat16)
     shutil.copy(tokenizer, dest / "tokenizer.json")
     (out / "train_config.json").write_text(json.dumps(
         {**{k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()},
-         "seq_len": seq_len, "steps_done": len(log)}, indent=1))
+         "seq_len": seq_len, "steps_done": len(log),
+         **({"init_from": str(init_from), "curriculum": curriculum, "probe_every": probe_every}
+            if init_from or curriculum or probe_every else {})}, indent=1))
     return dest
+
+
+def _init_from(folder: Path, tokenizer: Path) -> tuple[Target, dict]:
+    """An existing target folder's weights (fp32) and config; its tokenizer must be `tokenizer`."""
+    own = folder / "tokenizer.json"
+    if own.is_file() and own.read_bytes() != Path(tokenizer).read_bytes():
+        raise ValueError(f"{own} differs from {tokenizer}: the token ids would not match the weights")
+    model = load_target(folder).train()
+    return model, json.loads((folder / "config.json").read_text())

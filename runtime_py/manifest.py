@@ -1,7 +1,9 @@
-"""manifest.json (DESIGN §4): what an export holds, checked before anything is used.
+"""manifest.json: what an export holds and the graph contract, read by export, runtime and validate.
 
-Every loader goes through `load_manifest`, which refuses an unknown format version, missing
-keys, paths that leave the folder, and any file whose sha256 differs from the record.
+`docs/design.md` states the contract in prose; this module is it in code. Every loader goes
+through `load_manifest`, which refuses an unknown format version, missing keys, paths that leave
+the folder, and any file whose sha256 differs from the record. `Contract` reads graphs, their
+I/O and the cache by name, so no caller digs a shape out of a list by index.
 """
 
 from __future__ import annotations
@@ -10,15 +12,68 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..models.config import read_json_object
+from hyflash.models.config import read_json_object
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: target caches in place (per-layer ONNX past/present, .pte mutable buffers)
+VERIFY_ROWS = 8  # anchor + 7 drafts: target_verify's width, and the commit width of the drafter
+DRAFTER_GRAPHS = ("draft_read", "state_commit", "window_shift")
+TARGET_GRAPHS = ("target_prefill", "target_verify", "target_decode")
+STATE_NAMES = ("win_k", "win_v", "win_pos", "ssm_state", "conv_state")  # the drafter's context, as I/O
+PAST_KEY, PAST_VALUE = "past_key.{layer}", "past_value.{layer}"  # ONNX target graphs: cache inputs ...
+PRESENT_KEY, PRESENT_VALUE = "present_key.{layer}", "present_value.{layer}"  # ... bound to the same buffers
+PTE_KERNELS = ("llama::update_cache", "llama::custom_sdpa")  # target.pte needs these beyond stock XNNPACK
 REQUIRED = ("format_version", "graphs", "files", "target", "drafter", "block", "window", "max_context",
-            "prefill_chunk", "quantization", "memory", "versions")
+            "prefill_chunk", "cache", "quantization", "memory", "versions")
 
 
 class ArtifactError(ValueError):
     """An export folder that is missing, damaged, or not what it claims."""
+
+
+def cache_names(pattern_k: str, pattern_v: str, layers: int) -> list[str]:
+    """['past_key.0', 'past_value.0', 'past_key.1', ...]: the ONNX cache I/O in graph order."""
+    return [p.format(layer=i) for i in range(layers) for p in (pattern_k, pattern_v)]
+
+
+class Contract:
+    """The graphs of one export and their I/O, by name (from a manifest, or from the export's specs)."""
+
+    def __init__(self, manifest: dict):
+        self.manifest = manifest
+        self.graphs = manifest["graphs"]
+        self.cache = manifest["cache"]
+        self.block, self.window = manifest["block"], manifest["window"]
+        self.max_context, self.prefill_chunk = manifest["max_context"], manifest["prefill_chunk"]
+        self.has_memory = "state_commit" in self.graphs
+        self.drafter_graphs = tuple(g for g in DRAFTER_GRAPHS if g in self.graphs)
+        self.vocab = self.io("target_decode", "logits")["shape"][-1]
+
+    def graph(self, name: str) -> dict:
+        return self.graphs[name]
+
+    def io(self, graph: str, name: str) -> dict:
+        """The input or output `name` of `graph`: {"name", "dtype", "shape"}."""
+        g = self.graphs[graph]
+        for t in (*g["inputs"], *g["outputs"]):
+            if t["name"] == name:
+                return t
+        raise KeyError(f"graph {graph!r} has no input or output {name!r}")
+
+    def width(self, graph: str) -> int:
+        """Rows a target graph takes per call."""
+        return self.io(graph, "tokens")["shape"][0]
+
+    def onnx_cache_io(self) -> tuple[list[str], list[str]]:
+        """(past names, present names) of the ONNX target graphs, layer by layer."""
+        onnx = self.cache["onnx"]
+        layers = self.cache["layers"]
+        return (cache_names(onnx["past"][0], onnx["past"][1], layers),
+                cache_names(onnx["present"][0], onnx["present"][1], layers))
+
+    @property
+    def usable_context(self) -> int:
+        """The longest text (prompt + output) a run may reach: a verify block must still fit."""
+        return self.max_context - VERIFY_ROWS
 
 
 def sha256(path: Path) -> str:
@@ -68,7 +123,7 @@ def load_manifest(folder: str | Path) -> dict:
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise ArtifactError(f"{path}: format_version {version!r} is not supported (this hyflash reads "
-                            f"{FORMAT_VERSION}); re-export with this version")
+                            f"{FORMAT_VERSION}); re-export it with this version of hyflash")
     missing = [k for k in REQUIRED if k not in manifest]
     if missing:
         raise ArtifactError(f"{path}: missing key {missing[0]!r}; re-export")

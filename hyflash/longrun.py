@@ -6,7 +6,7 @@ NaN, the output is token-identical to target-only decoding, and the process's pe
 by no more than the target's preallocated K/V cache as its pages get written (measured from the
 first round on, once every graph has run and the sessions hold their working memory).
 
-    python -m hyflash.runtime_py.longrun EXPORT_DIR [--backend onnxruntime|executorch] [--json]
+    python -m hyflash.longrun EXPORT_DIR [--backend onnxruntime|executorch] [--json]
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .loop import GenerationConfig, Runtime, Stats
+from hyflash.demo import PROMPT
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 
 
 def peak_rss() -> int:
@@ -31,17 +32,17 @@ def peak_rss() -> int:
 def long_run(folder: str | Path, prompt: list[int], backend: str = "onnxruntime", threads: int | None = None) -> dict:
     runtime = Runtime(folder, backend, threads)
     rss_loaded = peak_rss()
-    buffers = {name: (buf.shape, buf.nbytes) for name, buf in runtime.ctx.items()}
+    buffers = {name: (buf.shape, buf.nbytes) for name, buf in runtime.ctx.current.items()}
     cfg = GenerationConfig(max_new_tokens=runtime.max_context, ignore_eos=True)  # runs to the usable context
     spec, rounds_checked, nonfinite = Stats(), 0, []
     t = time.perf_counter()
     for _ in runtime.generate(prompt, cfg, spec):
         if rounds_checked == 1:  # after the first round every graph has run: the sessions' buffers are in place
             rss_start = peak_rss()
-        now = {name: (buf.shape, buf.nbytes) for name, buf in runtime.ctx.items()}
+        now = {name: (buf.shape, buf.nbytes) for name, buf in runtime.ctx.current.items()}
         if now != buffers:
             raise AssertionError(f"the drafter's context changed size after {len(spec.tokens)} tokens: {now}")
-        nonfinite += [name for name, buf in runtime.ctx.items() if buf.dtype.kind == "f" and not np.isfinite(buf).all()]
+        nonfinite += [name for name, buf in runtime.ctx.current.items() if buf.dtype.kind == "f" and not np.isfinite(buf).all()]
         rounds_checked += 1
     spec_s = time.perf_counter() - t
     rss_end = peak_rss()
@@ -60,7 +61,7 @@ def long_run(folder: str | Path, prompt: list[int], backend: str = "onnxruntime"
         "rounds": spec.rounds, "acceptance_length": spec.acceptance_length, "rounds_checked": rounds_checked,
         "speculative_s": spec_s, "target_only_s": base_s,
         "drafter_context_bytes": runtime.context_bytes(0)["allocated"],
-        "target_kv_bytes": runtime.k_cache.nbytes + runtime.v_cache.nbytes,
+        "target_kv_bytes": runtime.context_bytes(0)["target_kv_allocated"],
         "peak_rss_loaded": rss_loaded, "peak_rss_start": rss_start, "peak_rss_end": rss_end, "peak_rss_growth": rss_end - rss_start,
     }
 
@@ -68,9 +69,7 @@ def long_run(folder: str | Path, prompt: list[int], backend: str = "onnxruntime"
 def main(argv: list[str] | None = None) -> int:
     from tokenizers import Tokenizer
 
-    from ..demo import PROMPT
-
-    p = argparse.ArgumentParser(prog="python -m hyflash.runtime_py.longrun", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m hyflash.longrun", description=__doc__.splitlines()[0])
     p.add_argument("artifacts", type=Path)
     p.add_argument("--backend", choices=["onnxruntime", "executorch"], default="onnxruntime")
     p.add_argument("--threads", type=int, default=None)

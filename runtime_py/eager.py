@@ -1,0 +1,76 @@
+"""The eager backend: an export's models run by their own PyTorch run-time functions.
+
+The models are the target folder the manifest records (its files checked against the manifest's
+sha256 first, so an export is never judged against a different target) and the drafter the
+export carries. `hyflash validate` drives this backend and an exported one through the same
+loop and compares every output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hyflash.models.drafter import Drafter
+from hyflash.models.loading import load_drafter, load_target
+from hyflash.models.target import Target, write_cache
+from hyflash.runtime_py.backends import Backend, Call
+from hyflash.runtime_py.manifest import ArtifactError, Contract, sha256
+
+
+def load_models(folder: str | Path, manifest: dict, target_override: str | Path | None = None
+                ) -> tuple[Target, Drafter]:
+    """(target, drafter) as eager fp32 modules (the drafter folder holds the config it was exported with)."""
+    target_dir = Path(target_override or manifest["target"]["path"])
+    if not target_dir.is_dir():
+        raise FileNotFoundError(f"{target_dir}: the target folder recorded in the manifest is gone; "
+                                "pass --target DIR")
+    for name, expected in manifest["target"]["files"].items():
+        path = target_dir / name
+        if not path.is_file() or sha256(path) != expected:
+            raise ArtifactError(f"{path}: not the target this export was made from (sha256 differs or file missing)")
+    target = load_target(target_dir, tuple(manifest["target"]["taps"]))
+    return target, load_drafter(Path(folder) / "drafter", target)
+
+
+class EagerBackend(Backend):
+    """The models' run-time functions in PyTorch: the same loop, the reference arithmetic."""
+
+    name = "eager"
+
+    def __init__(self, contract: Contract, target, drafter):
+        self.contract, self.target, self.drafter = contract, target, drafter
+
+    @classmethod
+    def open(cls, folder: str | Path, contract: Contract, threads: int | None = None,
+             target: str | Path | None = None) -> "EagerBackend":
+        if threads:
+            torch.set_num_threads(threads)
+        return cls(contract, *load_models(folder, contract.manifest, target))
+
+    def bind(self, graph, inputs, outputs, cache):
+        spec = self.contract.graph(graph)
+        args = [torch.from_numpy(inputs[t["name"]]) for t in spec["inputs"]]
+        targets = [outputs[t["name"]] for t in spec["outputs"]]
+        if spec["model"] == "target":
+            k_cache, v_cache = (torch.from_numpy(a) for a in cache.stacked())
+            rows = torch.tensor([self.contract.width(graph)])  # every row counts as valid
+
+            def fn(tokens, positions):  # every row is written, as the in-place graphs do
+                logits, features, k_new, v_new = self.target.step(tokens, positions, rows, k_cache, v_cache)
+                start = int(positions[0])
+                write_cache(k_cache, k_new, start, len(tokens))
+                write_cache(v_cache, v_new, start, len(tokens))
+                return logits, features
+        else:
+            fn = getattr(self.drafter, graph)
+
+        def run():
+            with torch.no_grad():
+                outs = fn(*args)
+            for dst, src in zip(targets, [o for o in outs if o is not None]):
+                np.copyto(dst, src.numpy())
+
+        return Call(inputs, outputs, run)

@@ -1,0 +1,95 @@
+"""`hyflash profile`: what each graph costs at a given committed length, side by side in one run.
+
+For every committed length c: a prompt of c tokens is prefilled (timed: time to first token and
+prefill tokens/s), then each graph is called repeatedly at position c (back-to-back calls, in
+five runs between which the graphs take turns) and the median taken:
+`target_decode` (1 row), `target_verify` (8 rows), `target_prefill` (one chunk), and the
+drafter's three graphs (`draft_read`, `state_commit` and `window_shift` with a full commit).
+Calls at one position overwrite the same cache rows, which is what a rejected round does.
+Then target-only decoding (tokens/s) from the same prompt, beside optimum-ort's where installed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from hyflash.runtime_py.bench import OptimumBaseline, source_texts
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
+
+def profile_prompt(runtime: Runtime, length: int, seed: int = 0) -> list[int]:
+    """`length` tokens of held-out text where the export has a tokenizer, else seeded random ids."""
+    tok_path = runtime.folder / "tokenizer.json"
+    if tok_path.is_file():
+        tok = Tokenizer.from_file(str(tok_path))
+        ids: list[int] = []
+        for text in source_texts(None):
+            ids.extend(tok.encode(text).ids)
+            if len(ids) >= length:
+                return ids[:length]
+    return np.random.default_rng(seed).integers(0, runtime.vocab, length).tolist()
+
+
+def graph_times(runtime: Runtime, c: int, repeats: int) -> dict[str, float]:
+    """Median ms of each graph called at committed length c (the cache and drafter hold c rows)."""
+    return {g: statistics.median(t) for g, t in runtime.probe_graph_times(c, repeats).items()}
+
+
+def target_only_tokens_per_s(runtime: Runtime, prompt: list[int], new_tokens: int) -> tuple[float, list[int]]:
+    stats = Stats()
+    for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=new_tokens, draft="none", ignore_eos=True),
+                              stats):
+        pass
+    return stats.tokens_per_s, stats.tokens
+
+
+def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...] = (256, 1024, 2048),
+            threads: int | None = None, repeats: int = 50, new_tokens: int = 64, optimum: bool = True,
+            progress: bool = True) -> dict:
+    runtime = Runtime(folder, backend, threads)
+    too_long = [c for c in contexts if c + max(new_tokens, runtime.chunk) > runtime.usable_context]
+    if too_long:
+        raise ValueError(f"--contexts {too_long[0]} leaves no room for {new_tokens} new tokens in this export's "
+                         f"usable context ({runtime.usable_context}); use smaller contexts")
+    baseline, status = None, "not asked"
+    if optimum and backend == "onnxruntime":
+        baseline, status = OptimumBaseline.maybe(Path(runtime.manifest["target"]["path"]), threads)
+    rows = []
+    for c in tqdm(contexts, desc="profile", disable=not progress, file=sys.stderr, dynamic_ncols=True):
+        prompt = profile_prompt(runtime, c)
+        row = {"context": c, **runtime.probe_prefill(prompt)}
+        ms = graph_times(runtime, c, repeats)
+        row["graph_ms"] = ms
+        row["verify_over_decode"] = ms["target_verify"] / ms["target_decode"]
+        row["drafter_ms_per_round"] = sum(ms[g] for g in DRAFTER_GRAPHS if g in ms)
+        row["target_only_tokens_per_s"], tokens = target_only_tokens_per_s(runtime, prompt, new_tokens)
+        if baseline is not None:
+            tps, theirs = baseline.tokens_per_s(prompt, new_tokens)
+            row["optimum_ort_tokens_per_s"] = tps
+            row["target_only_over_optimum_ort"] = row["target_only_tokens_per_s"] / tps
+            row["optimum_ort_same_tokens"] = theirs == tokens
+        rows.append(row)
+    return {"export": str(folder), "backend": backend, "threads": threads, "repeats": repeats,
+            "new_tokens": new_tokens, "optimum_ort": status, "format_version": runtime.manifest["format_version"],
+            "rows": rows}
+
+
+def format_profile(report: dict) -> str:
+    graphs = sorted({g for r in report["rows"] for g in r["graph_ms"]})
+    head = f"{'context':>7} " + " ".join(f"{g:>15}" for g in graphs)
+    head += f" {'verify/decode':>13} {'draft/round':>11} {'prefill tok/s':>13} {'TTFT ms':>8} {'tok/s':>7}"
+    lines = [f"{report['backend']}, ms per call (median of {report['repeats']})", head]
+    for r in report["rows"]:
+        line = f"{r['context']:>7} " + " ".join(f"{r['graph_ms'].get(g, float('nan')):>15.2f}" for g in graphs)
+        line += (f" {r['verify_over_decode']:>13.2f} {r['drafter_ms_per_round']:>11.2f} "
+                 f"{r['prefill_tokens_per_s']:>13.0f} {r['ttft_ms']:>8.1f} {r['target_only_tokens_per_s']:>7.1f}")
+        if "optimum_ort_tokens_per_s" in r:
+            line += f"  (optimum-ort {r['optimum_ort_tokens_per_s']:.1f} tok/s)"
+        lines.append(line)
+    return "\n".join(lines)

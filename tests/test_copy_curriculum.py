@@ -1,0 +1,142 @@
+"""The copy curriculum (issue 14): probe greedy = the target's greedy, repeat rows as declared,
+--init-from continues from a folder's exact weights, and a curriculum run resumes."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hyflash.models.config import TargetConfig
+from hyflash.models.loading import load_target, save_target
+from hyflash.models.target import Target, greedy
+from hyflash.train.copyprobe import CUE, PASSAGE, copy_rate, greedy_batch, induction_accuracy, probe_prompts
+from hyflash.train.repeats import (COPY_CURRICULUM, curriculum_batch, natural_repeat_row, random_repeat_row,
+                                   stage_at)
+from hyflash.train.target import init_weights, reference_config
+
+VOCAB = 64
+
+
+def tiny_target(seed: int = 0, vocab: int = VOCAB) -> tuple[Target, dict]:
+    raw = reference_config(vocab, 0, layers=2, hidden=64)
+    model = Target(TargetConfig.from_hf(raw))
+    init_weights(model, seed)
+    with torch.no_grad():  # larger weights than the init, so greedy paths are not all one token
+        for p in model.parameters():
+            p.mul_(20.0 if p.dim() == 2 else 1.0)
+    return model.eval(), raw
+
+
+def test_probe_greedy_equals_the_targets_greedy():
+    model, _ = tiny_target()
+    prompts = torch.from_numpy(np.random.default_rng(0).integers(0, VOCAB, size=(3, 40)))
+    got = greedy_batch(model, prompts, 12)
+    for row, out in zip(prompts.tolist(), got.tolist()):
+        assert out == greedy(model, row, 12, max_context=64)
+    assert len({tuple(r) for r in got.tolist()}) > 1
+
+
+def test_probe_prompts_layout_and_determinism():
+    stream = np.random.default_rng(1).integers(1, VOCAB, size=20_000).astype(np.uint16)
+    prompts, targets = probe_prompts(stream, 100, 4, seed=3)
+    assert prompts.shape == (4, PASSAGE + 100 + CUE) and targets.shape == (4, 64)
+    assert (prompts[:, :CUE] == prompts[:, -CUE:]).all()
+    assert (prompts[:, CUE:CUE + 64] == targets).all()
+    again, _ = probe_prompts(stream, 300, 4, seed=3)
+    assert (again[:, :PASSAGE] == prompts[:, :PASSAGE]).all()  # same passages at every filler length
+    model, _ = tiny_target()
+    assert 0.0 <= copy_rate(model, stream, 100, n=3, batch=2) <= 1.0
+    assert 0.0 <= induction_accuracy(model, VOCAB, n=2, seg=16) <= 1.0
+
+
+def test_random_repeat_rows_hold_their_declared_repeats():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        row, reps = random_repeat_row(rng, 2049, 4096, 0, (16, 256), (0, 1536))
+        assert row.shape == (2049,) and (row != 0).all() and reps
+        for r in reps:
+            assert 16 <= r.length <= 256 and 0 <= r.dst - (r.src + r.length) <= 1536
+            assert (row[r.dst:r.dst + r.length] == row[r.src:r.src + r.length]).all()
+
+
+def test_natural_repeat_rows_hold_their_declared_repeat():
+    stream = np.arange(100_000, dtype=np.int64) % 50_000  # every token tells where it came from
+    rng = np.random.default_rng(0)
+    for gap in ((16, 256), (256, 1800)):
+        for _ in range(20):
+            row, r = natural_repeat_row(stream, rng, 2049, (64, 512), gap)
+            assert row.shape == (2049,) and 64 <= r.length <= 512
+            assert gap[0] <= r.dst - (r.src + r.length) <= gap[1]
+            assert (row[r.dst:r.dst + r.length] == row[r.src:r.src + r.length]).all()
+            # outside the inserted copy the row is one contiguous window of the stream
+            rest = np.concatenate([row[:r.dst], row[r.dst + r.length:]])
+            assert (np.diff(rest) == 1).all()
+
+
+def test_curriculum_batches_by_stage():
+    stream = np.random.default_rng(0).integers(1, 4096, size=50_000).astype(np.uint16)
+    assert stage_at(COPY_CURRICULUM, 0) is COPY_CURRICULUM[0]
+    assert stage_at(COPY_CURRICULUM, 10**6) is COPY_CURRICULUM[-1]
+    for step in (0, 500, 1000, 5000):
+        b = curriculum_batch(stream, 4096, 0, COPY_CURRICULUM, step, np.random.default_rng(step), 4, 2049)
+        assert b.shape == (4, 2049) and b.dtype == np.int64
+    small = curriculum_batch(stream, 4096, 0, COPY_CURRICULUM, 0, np.random.default_rng(0), 3, 65)
+    assert small.shape == (3, 65)
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus(tmp_path_factory):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    out = tmp_path_factory.mktemp("corpus")
+    words = [f"w{i}" for i in range(1, VOCAB)]
+    tok = Tokenizer(models.WordLevel({"<|endoftext|>": 0, **{w: i + 1 for i, w in enumerate(words)}},
+                                     unk_token="w1"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tok.save(str(out / "tokenizer.json"))
+    rng = np.random.default_rng(0)
+    for side, n in (("train", 20_000), ("heldout", 6_000)):
+        (out / f"{side}.txt").write_text(" ".join(words[i] for i in rng.integers(0, len(words), n)) + "<|endoftext|>")
+    model, raw = tiny_target(1)
+    save_target(model, out / "init", raw)
+    (out / "init" / "tokenizer.json").write_bytes((out / "tokenizer.json").read_bytes())
+    return out
+
+
+def test_init_from_loads_the_weights_exactly(tiny_corpus):
+    from hyflash.train.target import _init_from
+
+    model, raw = _init_from(tiny_corpus / "init", tiny_corpus / "tokenizer.json")
+    ref = load_target(tiny_corpus / "init")
+    assert raw == json.loads((tiny_corpus / "init" / "config.json").read_text())
+    for (name, a), (_, b) in zip(model.state_dict().items(), ref.state_dict().items()):
+        assert torch.equal(a, b), name
+    other = tiny_corpus / "other_tok.json"
+    other.write_text("{}")
+    with pytest.raises(ValueError, match="differs"):
+        _init_from(tiny_corpus / "init", other)
+
+
+def test_curriculum_run_with_init_from_and_probe_resumes(tiny_corpus, tmp_path, capsys):
+    from hyflash.cli import main
+
+    run = tmp_path / "run"
+    args = ["train-target", "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tokenizer.json"),
+            "--out", str(run), "--init-from", str(tiny_corpus / "init"), "--curriculum", "copy",
+            "--probe-every", "2", "--seq-len", "64", "--batch", "2", "--warmup", "1", "--checkpoint-every", "2",
+            "--lr", "1e-4"]
+    assert main(args + ["--steps", "2"]) == 0
+    assert main(args + ["--steps", "4"]) == 0  # resumes at step 2; probes after 2 updates
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log] == [1, 2, 3, 4]
+    probed = [e for e in log if "copy_256" in e]
+    assert [e["probe_after"] for e in probed] == [2.0] and "heldout_loss" in probed[0]
+    assert '"probe"' in capsys.readouterr().out
+    cfg = json.loads((run / "train_config.json").read_text())
+    assert cfg["curriculum"] == "copy" and cfg["init_from"].endswith("init")
+    # one step from the init at lr 1e-4 stays close to it (it did start from those weights)
+    start, end = load_target(tiny_corpus / "init"), load_target(run / "model")
+    diff = max((a - b).abs().max().item() for a, b in zip(start.state_dict().values(), end.state_dict().values()))
+    assert 0 < diff < 0.05

@@ -1,0 +1,67 @@
+"""The copy curriculum's batches and probes, wired into `hyflash.train.loop.train`.
+
+`train` calls `batch_fn(rng, n)` then `loss_fn(model, batch)` once per step, with no step
+number; this object counts steps itself, starting from the run's checkpoint (so a resumed run
+draws the stage it would have drawn). Every `probe_every` steps the loss function first measures
+the model (copy rate at two filler lengths, plain held-out loss on a few windows, random-token
+induction accuracy): the figures go into that step's log entry (`probe_after` = updates done) and
+one line on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hyflash.train.copyprobe import copy_rates, induction_accuracy
+from hyflash.train.data import sample_windows
+from hyflash.train.evaluate import loss_by_position
+from hyflash.train.loop import lm_loss
+from hyflash.train.repeats import CURRICULA, Stage, curriculum_batch, stage_at
+
+
+def checkpoint_step(out: Path) -> int:
+    state = out / "checkpoint" / "state.json"
+    return json.loads(state.read_text())["step"] if state.is_file() else 0
+
+
+class CopyCurriculum:
+    def __init__(self, train_stream: np.ndarray, heldout: np.ndarray | None, vocab: int, eos: int,
+                 seq_len: int, out: Path, name: str | None = "copy", probe_every: int | None = None,
+                 probe_fillers=(256, 1536), probe_n: int = 8, probe_windows: int = 4):
+        self.stream, self.heldout, self.vocab, self.eos = train_stream, heldout, vocab, eos
+        self.length = seq_len + 1
+        self.schedule: tuple[Stage, ...] | None = CURRICULA[name] if name else None
+        self.probe_every, self.fillers, self.probe_n, self.windows = probe_every, probe_fillers, probe_n, probe_windows
+        self.step = checkpoint_step(out)
+
+    def batch_fn(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """(n, seq_len + 1) int64 for the current step."""
+        if self.schedule is None:
+            return sample_windows(self.stream, n, self.length, rng)
+        return curriculum_batch(self.stream, self.vocab, self.eos, self.schedule, self.step, rng, n, self.length)
+
+    def loss_fn(self, model, batch: np.ndarray):
+        extra = {}
+        if self.probe_every and self.step > 0 and self.step % self.probe_every == 0:
+            extra = self.probe(model)
+        self.step += 1
+        loss, more = lm_loss(model, batch)
+        return loss, {**extra, **more}
+
+    @torch.no_grad()
+    def probe(self, model) -> dict[str, float]:
+        model = getattr(model, "module", model)
+        rates = copy_rates(model, self.heldout, self.fillers, self.probe_n, eos=self.eos)
+        report = loss_by_position(model, self.heldout, self.length - 1, self.windows)
+        buckets = {(b["from"], b["to"]): b["loss"] for b in report["loss_by_position"]}
+        out = {"probe_after": float(self.step), **rates, "heldout_loss": report["loss"],
+               "heldout_acc": report["accuracy"], "induction_acc": induction_accuracy(model, self.vocab, eos=self.eos)}
+        if (128, 256) in buckets and (1024, 2048) in buckets:
+            out["loss_128_256"], out["loss_1024_2048"] = buckets[(128, 256)], buckets[(1024, 2048)]
+        stage = stage_at(self.schedule, self.step) if self.schedule else None
+        print(json.dumps({"probe": out, "stage_until": stage.until if stage else None}), flush=True)
+        return out

@@ -1,0 +1,114 @@
+"""Training rows with repeated spans, for the target's copy curriculum (issue 14).
+
+Three kinds of row, each `length` tokens (the loss stays plain next-token LM loss on all tokens):
+
+- random: random tokens, packed with episodes "segment, gap, the same segment again" (the classic
+  way induction heads form: nothing but copying predicts the second copy);
+- natural: a window of the stdlib train stream in which a span of 64-512 tokens is re-inserted
+  verbatim `gap` tokens after the end of its first occurrence;
+- plain: a window of the stream.
+
+A `Repeat(src, length, dst)` says row[dst:dst+length] == row[src:src+length], with
+gap = dst - (src + length).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Repeat:
+    src: int
+    length: int
+    dst: int
+
+
+def random_tokens(rng: np.random.Generator, n: int, vocab: int, eos: int) -> np.ndarray:
+    """n uniform token ids in [0, vocab), EOS excluded: (n,) int64."""
+    ids = rng.integers(0, vocab - 1, size=n)
+    return ids + (ids >= eos)
+
+
+def random_repeat_row(rng: np.random.Generator, length: int, vocab: int, eos: int,
+                      seg: tuple[int, int], gap: tuple[int, int]) -> tuple[np.ndarray, list[Repeat]]:
+    """(length,) int64 random tokens packed with repeat episodes; the episodes it declares."""
+    row = random_tokens(rng, length, vocab, eos)
+    repeats, pos = [], 0
+    while True:
+        s = int(rng.integers(seg[0], seg[1] + 1))
+        g = int(rng.integers(gap[0], gap[1] + 1))
+        if pos + 2 * s + g > length:
+            break
+        row[pos + s + g:pos + 2 * s + g] = row[pos:pos + s]
+        repeats.append(Repeat(pos, s, pos + s + g))
+        pos += 2 * s + g
+    return row, repeats
+
+
+def natural_repeat_row(stream: np.ndarray, rng: np.random.Generator, length: int,
+                       span: tuple[int, int], gap: tuple[int, int]) -> tuple[np.ndarray, Repeat]:
+    """(length,) int64: a stream window with one span re-inserted after a gap; the repeat."""
+    g = int(rng.integers(gap[0], gap[1] + 1))
+    hi = min(span[1], (length - g) // 2)
+    if hi < span[0]:
+        raise ValueError(f"a gap of {g} leaves no room for a span of {span[0]} in {length} tokens")
+    s = int(rng.integers(span[0], hi + 1))
+    a = int(rng.integers(0, length - 2 * s - g + 1))
+    start = int(rng.integers(0, len(stream) - (length - s)))
+    text = stream[start:start + length - s].astype(np.int64)  # (length - s,)
+    dst = a + s + g
+    row = np.concatenate([text[:dst], text[a:a + s], text[dst:]])
+    return row, Repeat(a, s, dst)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    until: int  # the stage holds for steps < until
+    shares: tuple[float, float, float]  # random, natural, plain
+    natural_gap: tuple[int, int]
+    random_seg: tuple[int, int]
+    random_gap: tuple[int, int]
+    span: tuple[int, int] = (64, 512)
+
+
+# Short gaps first, random-token induction early; then long natural repeats and more plain text.
+COPY_CURRICULUM = (
+    Stage(300, (0.50, 0.35, 0.15), natural_gap=(16, 256), random_seg=(16, 128), random_gap=(0, 128)),
+    Stage(800, (0.30, 0.45, 0.25), natural_gap=(64, 1024), random_seg=(32, 256), random_gap=(0, 768)),
+    Stage(1400, (0.20, 0.45, 0.35), natural_gap=(256, 1800), random_seg=(32, 256), random_gap=(0, 1536)),
+    Stage(10**9, (0.10, 0.45, 0.45), natural_gap=(256, 1800), random_seg=(32, 256), random_gap=(0, 1536)),
+)
+CURRICULA = {"copy": COPY_CURRICULUM}
+
+
+def stage_at(schedule: tuple[Stage, ...], step: int) -> Stage:
+    return next(s for s in schedule if step < s.until)
+
+
+def scaled(stage: Stage, length: int, full: int = 2049) -> Stage:
+    """The stage's lengths scaled to rows shorter than the 2,049 tokens it is written for (tests)."""
+    if length >= full:
+        return stage
+    f = lambda r: (max(1, r[0] * length // full), max(1, r[1] * length // full))  # noqa: E731
+    return dataclasses.replace(stage, natural_gap=f(stage.natural_gap), random_seg=f(stage.random_seg),
+                               random_gap=f(stage.random_gap), span=f(stage.span))
+
+
+def curriculum_batch(stream: np.ndarray, vocab: int, eos: int, schedule: tuple[Stage, ...], step: int,
+                     rng: np.random.Generator, n: int, length: int) -> np.ndarray:
+    """(n, length) int64: each row's kind drawn with the stage's shares."""
+    stage = scaled(stage_at(schedule, step), length)
+    kinds = rng.choice(3, size=n, p=np.asarray(stage.shares) / sum(stage.shares))
+    rows = []
+    for kind in kinds:
+        if kind == 0:
+            rows.append(random_repeat_row(rng, length, vocab, eos, stage.random_seg, stage.random_gap)[0])
+        elif kind == 1:
+            rows.append(natural_repeat_row(stream, rng, length, stage.span, stage.natural_gap)[0])
+        else:
+            start = int(rng.integers(0, len(stream) - length))
+            rows.append(stream[start:start + length].astype(np.int64))
+    return np.stack(rows)
