@@ -1,4 +1,4 @@
-"""The exported graphs, each declared once: names, dtypes, static shapes, tolerance (docs/design.md).
+"""The exported graphs, each declared once: names, dtypes, static shapes, tolerances (docs/design.md).
 
 Export, validation, the manifest and the runtime all read these declarations. Variants change
 the set (no `state_commit` and no state inputs without memory; no `confidence` output without
@@ -39,16 +39,37 @@ class TensorSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """An exported output passes when max|got - expected| <= atol + rtol * max|expected|: rounding
+    grows with the values rounded, so a fixed absolute bar fails correct graphs of large models."""
+
+    atol: float
+    rtol: float
+
+    def bound(self, scale: float) -> float:
+        return self.atol + self.rtol * scale
+
+
+# fp32 graphs against fp32 eager PyTorch, by output kind: values a block computes afresh (logits,
+# features, K/V rows) and state carried from call to call (window, recurrent and conv state).
+# Measured: the reference pair's worst is 1.5e-5 on logits of scale ~20; a random drafter on a target
+# with weights x10 reaches 1.3e-4 on draft logits of scale 5 (2.5e-5 relative); one weight row of
+# the target scaled by 1.01 moves logits by far more than 1e-4 relative (tests/test_tolerance.py).
+TOLERANCES = {"values": Tolerance(1e-5, 1e-4), "state": Tolerance(1e-6, 2e-5)}
+
+
+@dataclasses.dataclass(frozen=True)
 class GraphSpec:
     name: str
     model: str  # "drafter" | "target": which weights it holds (one ONNX weights file, one .pte each)
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    atol: float  # fp32 parity tolerance against eager PyTorch, per output
-    state_atol: float = 1e-5
+    tolerances: dict = dataclasses.field(default_factory=lambda: dict(TOLERANCES))
 
-    def tolerance(self, output: str) -> float:
-        return self.state_atol if output.endswith("_out") or output.startswith("present_") else self.atol
+    def tolerance(self, output: str) -> Tolerance:
+        """The bar for a float output; int64 outputs (tokens, positions) must match exactly."""
+        state = output.endswith("_out")
+        return self.tolerances["state" if state else "values"]
 
     @property
     def rows(self) -> int:
@@ -78,22 +99,22 @@ def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chun
         specs["state_commit"] = GraphSpec(
             "state_commit", "drafter",
             (_f("features", VERIFY_ROWS, feat), _i("n_valid", 1), ssm, conv),
-            (_f("ssm_state_out", *ssm.shape), _f("conv_state_out", *conv.shape)), atol=1e-5)
+            (_f("ssm_state_out", *ssm.shape), _f("conv_state_out", *conv.shape)))
     outputs = (_i("draft_tokens", d.block), _f("draft_logits", d.block, d.vocab_size))
     if d.confidence:
         outputs += (_f("confidence", d.block),)
     specs["draft_read"] = GraphSpec(
         "draft_read", "drafter",
         (_i("anchor_token", 1), _i("anchor_pos", 1), _f("win_k", *win), _f("win_v", *win), _i("win_pos", w)) + state,
-        outputs, atol=1e-4)
+        outputs)
     specs["window_shift"] = GraphSpec(
         "window_shift", "drafter",
         (_f("features", VERIFY_ROWS, feat), _i("positions", VERIFY_ROWS), _i("n_valid", 1),
          _f("win_k", *win), _f("win_v", *win), _i("win_pos", w)),
-        (_f("win_k_out", *win), _f("win_v_out", *win), _i("win_pos_out", w)), atol=1e-5)
+        (_f("win_k_out", *win), _f("win_v_out", *win), _i("win_pos_out", w)))
     for name, rows in (("target_prefill", prefill_chunk), ("target_verify", VERIFY_ROWS), ("target_decode", 1)):
         specs[name] = GraphSpec(name, "target", (_i("tokens", rows), _i("positions", rows)),
-                                (_f("logits", rows, t.vocab_size), _f("features", rows, feat)), atol=1e-4)
+                                (_f("logits", rows, t.vocab_size), _f("features", rows, feat)))
     return specs
 
 

@@ -25,7 +25,7 @@ from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
                                     target_info, weight_files)
 from hyflash.models.target import Target
-from hyflash.runtime_py.manifest import FORMAT_VERSION, file_hashes, sha256, write_json_atomic
+from hyflash.runtime_py.manifest import FORMAT_VERSION, file_hashes, seal, sha256, write_json_atomic
 
 FORMATS = ("onnx", "pte")
 
@@ -123,7 +123,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
             shutil.copy(target_dir / "tokenizer.json", tmp / "tokenizer.json")
         files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()]
         manifest = _manifest(cfg, target_dir, target, drafter, graphs, file_hashes(tmp, files), max_context)
-        write_json_atomic(tmp / "manifest.json", manifest)
+        write_json_atomic(tmp / "manifest.json", seal(manifest))
         _replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -37,18 +37,21 @@ class Check:
     graph: str
     output: str
     backend: str
-    max_diff: float  # for kind "agreement": the agreement rate with fp32 eager
-    tolerance: float  # for "agreement": the minimum rate; for "info": nan (reported, not judged)
+    max_diff: float  # max|got - expected|; for kind "agreement": the agreement rate with fp32 eager
+    tolerance: float  # the bar: atol + rtol * scale; for "agreement": the minimum rate; "info": nan
     ok: bool
     kind: str = "parity"  # "parity" | "agreement" (quantized graphs) | "info"
     count: int = 0  # for "agreement": how many tokens were compared
+    scale: float = 0.0  # max|expected|: what the relative part of the bar is relative to
 
 
 class Comparer:
     """Collects one Check per compared output; quantized models' outputs are reported, not judged."""
 
-    def __init__(self, specs: dict[str, GraphSpec], backend: str, quantized: dict[str, bool]):
-        self.specs, self.backend, self.quantized = specs, backend, quantized
+    def __init__(self, specs: dict[str, GraphSpec], backend: str, quantized: dict[str, bool],
+                 atol: float | None = None):
+        """atol: one absolute bar for every float output instead of the specs' (`--atol`)."""
+        self.specs, self.backend, self.quantized, self.atol = specs, backend, quantized, atol
         self.checks: list[Check] = []
 
     def outputs(self, graph: str, got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
@@ -63,13 +66,15 @@ class Comparer:
             self.checks.append(Check(graph, name, self.backend, float("inf"), 0.0, False))
             return
         diff = float(np.abs(got.astype(np.float64) - expected.astype(np.float64)).max()) if got.size else 0.0
+        if not np.isfinite(got).all():
+            diff = float("inf")
+        scale = float(np.abs(expected).max()) if expected.size else 0.0
         if self.quantized[spec.model]:
             if dtype == "float32":
-                self.checks.append(Check(graph, name, self.backend, diff if np.isfinite(got).all() else float("inf"),
-                                         float("nan"), True, "info"))
+                self.checks.append(Check(graph, name, self.backend, diff, float("nan"), True, "info", scale=scale))
             return
-        tol = 0.0 if dtype == "int64" else spec.tolerance(name)
-        self.checks.append(Check(graph, name, self.backend, diff, tol, bool(diff <= tol)))
+        tol = 0.0 if dtype == "int64" else (self.atol if self.atol is not None else spec.tolerance(name).bound(scale))
+        self.checks.append(Check(graph, name, self.backend, diff, tol, bool(diff <= tol), scale=scale))
 
 
 def check_declarations(folder: Path, manifest: dict, specs: dict[str, GraphSpec], target) -> None:
@@ -276,8 +281,6 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     target, drafter = eager.backend.target, eager.backend.drafter
     specs = graph_specs(target, drafter, manifest["max_context"], manifest["prefill_chunk"])
     check_declarations(folder, manifest, specs, target)
-    if atol is not None:
-        specs = {n: dataclasses.replace(s, atol=atol, state_atol=atol) for n, s in specs.items()}
     kinds = backends or tuple(k for k, key in (("onnxruntime", "onnx"), ("executorch", "pte"))
                               if any(g.get(key) for g in manifest["graphs"].values()))
     quant = manifest["quantization"]
@@ -296,7 +299,7 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     checks = []
     for kind in kinds:
         rt = Runtime(folder, kind)
-        cmp = Comparer(specs, kind, {m: quant[m] != "none" for m in ("drafter", "target")})
+        cmp = Comparer(specs, kind, {m: quant[m] != "none" for m in ("drafter", "target")}, atol)
         drafter_parity(rt, eager, cmp, seed)
         target_parity(rt, eager, cmp, seed)
         checks.extend(cmp.checks)
@@ -316,12 +319,13 @@ def summarize(checks: list[Check]) -> list[Check]:
 
 
 def format_table(rows: list[Check]) -> str:
-    lines = [f"{'graph':<15} {'output':<16} {'backend':<12} {'diff / agree':>13} {'tolerance':>10}  ok"]
+    lines = [f"{'graph':<15} {'output':<16} {'backend':<12} {'diff / agree':>13} {'bar':>10} {'scale':>9}  ok"]
     for c in rows:
         if c.kind == "agreement":
-            value, tol = f"{c.max_diff:.1%} of {c.count}", f">= {c.tolerance:.0%}"
+            value, tol, scale = f"{c.max_diff:.1%} of {c.count}", f">= {c.tolerance:.0%}", ""
         else:
-            value, tol = f"{c.max_diff:.3g}", "(info)" if c.kind == "info" else f"{c.tolerance:.1g}"
-        lines.append(f"{c.graph:<15} {c.output:<16} {c.backend:<12} {value:>13} {tol:>10}  "
+            value, tol = f"{c.max_diff:.3g}", "(info)" if c.kind == "info" else f"{c.tolerance:.2g}"
+            scale = f"{c.scale:.3g}"
+        lines.append(f"{c.graph:<15} {c.output:<16} {c.backend:<12} {value:>13} {tol:>10} {scale:>9}  "
                      f"{'yes' if c.ok else 'NO'}")
     return "\n".join(lines)

@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from hyflash.runtime_py.manifest import Contract
+from hyflash.runtime_py.manifest import ArtifactError, Contract
 from hyflash.runtime_py.state import TargetCache
 
 BACKENDS = ("onnxruntime", "executorch", "eager")
@@ -56,15 +56,27 @@ class OrtBackend(Backend):
 
         self.ort = ort
         self.contract = contract
-        opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
-        opts.log_severity_level = 3
-        # Six sessions take turns, each with its own intra-op pool: a pool whose threads spin after
-        # a call steals the cores from the next session's (measured: verify 3x slower on 2 cores).
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.sessions = {g: ort.InferenceSession(str(folder / spec["onnx"]), opts, providers=["CPUExecutionProvider"])
-                         for g, spec in contract.graphs.items() if spec.get("onnx")}
+        small = _weights_bytes(folder, contract, "drafter") < SMALL_DRAFTER_BYTES
+        self.sessions = {}
+        for g, spec in contract.graphs.items():
+            if not spec.get("onnx"):
+                continue
+            opts = ort.SessionOptions()
+            # a small drafter's graphs are many tiny ops: one thread beats a pool that wakes per op
+            # (reference drafter, 3 graphs a round: 1.44-1.61 ms on one thread, 1.57-1.74 ms on two)
+            n = 1 if spec["model"] == "drafter" and small else threads
+            if n:
+                opts.intra_op_num_threads = n
+            opts.log_severity_level = 3
+            # Six sessions take turns, each with its own intra-op pool: a pool whose threads spin after
+            # a call steals the cores from the next session's (measured: verify 3x slower on 2 cores).
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            session = ort.InferenceSession(str(folder / spec["onnx"]), opts, providers=["CPUExecutionProvider"])
+            declared = _declared_io(contract, g, onnx_cache=True)
+            for kind, actual in (("inputs", session.get_inputs()), ("outputs", session.get_outputs())):
+                check_io(f"{folder / spec['onnx']}", kind, declared[kind],
+                         [(v.name, ORT_TYPES.get(v.type, v.type), list(v.shape)) for v in actual])
+            self.sessions[g] = session
         if not self.sessions:
             raise ValueError(f"{folder}: this export has no ONNX graphs; use --backend executorch")
 
@@ -91,6 +103,45 @@ class OrtBackend(Backend):
         return call
 
 
+SMALL_DRAFTER_BYTES = 64 * 2**20
+ORT_TYPES = {"tensor(float)": "float32", "tensor(int64)": "int64"}
+PTE_TYPES = {6: "float32", 4: "int64"}  # ExecuTorch ScalarType codes
+
+
+def _declared_io(contract: Contract, graph: str, onnx_cache: bool) -> dict[str, list[tuple]]:
+    """(name, dtype, shape) of a graph's inputs and outputs as the manifest declares them; the ONNX
+    target graphs also take and give the cache, layer by layer."""
+    spec = contract.graph(graph)
+    io = {kind: [(t["name"], t["dtype"], list(t["shape"])) for t in spec[kind]] for kind in ("inputs", "outputs")}
+    if onnx_cache and spec["model"] == "target":
+        cache = contract.cache
+        past, present = contract.onnx_cache_io()
+        io["inputs"] += [(n, cache["dtype"], list(cache["onnx"]["shape"])) for n in past]
+        io["outputs"] += [(n, cache["dtype"], list(cache["onnx"]["shape"])) for n in present]
+    return io
+
+
+def check_io(where: str, kind: str, declared: list[tuple], actual: list[tuple]) -> None:
+    """The graph's own inputs or outputs must be the manifest's, in order: names (where the format
+    keeps them), dtypes, shapes. One line naming the tensor and both values otherwise."""
+    if len(declared) != len(actual):
+        raise ArtifactError(f"{where}: the manifest declares {len(declared)} {kind}, the graph has {len(actual)}; "
+                            "re-export")
+    for i, ((name, dtype, shape), (a_name, a_dtype, a_shape)) in enumerate(zip(declared, actual)):
+        for field, mine, theirs in (("name", name, a_name), ("dtype", dtype, a_dtype), ("shape", shape, a_shape)):
+            if theirs is not None and mine != theirs:
+                raise ArtifactError(f"{where}: {kind[:-1]} {i} ({name}) has {field} {mine!r} in the manifest but "
+                                    f"{theirs!r} in the graph; re-export")
+
+
+def _weights_bytes(folder: Path, contract: Contract, model: str) -> int:
+    """Bytes of a model's ONNX graphs and external weights (what its sessions read)."""
+    files = {(folder / spec["onnx"]).parent / f"{model}.weights" for spec in contract.graphs.values()
+             if spec.get("onnx") and spec["model"] == model}
+    files |= {folder / spec["onnx"] for spec in contract.graphs.values() if spec.get("onnx") and spec["model"] == model}
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
 class PteBackend(Backend):
     name = "executorch"
     host_cache = False
@@ -110,6 +161,13 @@ class PteBackend(Backend):
                 continue
             if pte["file"] not in programs:
                 programs[pte["file"]] = runtime.load_program(str(folder / pte["file"]))
+            meta = programs[pte["file"]].metadata(pte["method"])
+            declared = _declared_io(contract, g, onnx_cache=False)
+            for kind, n, tensor in (("inputs", meta.num_inputs(), meta.input_tensor_meta),
+                                    ("outputs", meta.num_outputs(), meta.output_tensor_meta)):
+                metas = [tensor(i) for i in range(n)]
+                check_io(f"{folder / pte['file']} method {pte['method']}", kind, declared[kind],
+                         [(None, PTE_TYPES.get(int(t.dtype()), t.dtype()), list(t.sizes())) for t in metas])
             # one Program: the target's methods share its mutable buffers (the cache)
             self.methods[g] = programs[pte["file"]].load_method(pte["method"])
         if not self.methods:

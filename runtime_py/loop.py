@@ -10,6 +10,7 @@ and they never reach the drafter's state (only rows 0..k are committed).
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -89,6 +90,7 @@ class Runtime:
         self.cache = TargetCache(c, host=self.backend.host_cache)
         self.ctx = DrafterContext(c)
         self.calls = self._bind_all()
+        self._busy = threading.Lock()
 
     def _bind(self, graph: str, pool_in: dict, pool_out: dict, cache: TargetCache | None = None) -> Call:
         """Bind a graph's inputs and outputs, by name, to arrays of the pools (allocated once)."""
@@ -201,8 +203,20 @@ class Runtime:
         return logits
 
     def generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None = None) -> Iterator[list[int]]:
-        """Yield newly committed tokens round by round; `stats` (if given) fills in as it goes."""
+        """Yield newly committed tokens round by round; `stats` (if given) fills in as it goes.
+
+        A runtime holds one conversation's buffers: a second generation while one is under way (from
+        another thread, or an unfinished generator) is refused; give each thread its own Runtime."""
         self.check_prompt(prompt)
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this Runtime is already generating (in another thread, or an unfinished "
+                               "generate()); give each concurrent generation its own Runtime")
+        try:
+            yield from self._generate(prompt, cfg, stats)
+        finally:
+            self._busy.release()
+
+    def _generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None) -> Iterator[list[int]]:
         stats = stats if stats is not None else Stats()
         stats.prompt_tokens = len(prompt)
         rng = np.random.default_rng(cfg.seed)
@@ -278,30 +292,28 @@ class Runtime:
         s = time.perf_counter() - t
         return {"ttft_ms": s * 1e3, "prefill_tokens_per_s": len(prompt) / s}
 
-    def probe_graph_times(self, c: int, repeats: int, passes: int = 5) -> dict[str, list[float]]:
+    def probe_graph_times(self, c: int, repeats: int) -> dict[str, list[float]]:
         """Milliseconds of each call as the loop makes it, at committed length c (after probe_prefill):
-        `repeats` calls of each graph, in `passes` runs of back-to-back calls with the graphs taking
-        turns between runs (a graph's cost alone, warm; a slow spell of the machine spread over all).
-        Calls at one position overwrite the same rows and never commit, so the state stays put."""
+        per graph a warm-up call, then `repeats` calls back to back (the way results/profile_baseline.json
+        was measured). Calls at one position overwrite the same rows and never commit, so the state stays put."""
         tok, i = 1, self.ctx.index
         shift = self.calls["window_shift", i]
         shift.inputs["n_valid"][0] = VERIFY_ROWS
         shift.inputs["positions"][:] = np.arange(c, c + VERIFY_ROWS)
         calls = {"target_decode": lambda: self.run_target("target_decode", [tok], c),
-                 "target_verify": lambda: self.run_target("target_verify", [tok] * VERIFY_ROWS, c),
-                 "draft_read": lambda: self.draft(tok, c),
-                 "window_shift": shift.run}
+                 "target_verify": lambda: self.run_target("target_verify", [tok] * VERIFY_ROWS, c)}
         if c + self.chunk <= self.max_context:
             calls["target_prefill"] = lambda: self.run_target("target_prefill", [tok] * self.chunk, c)
+        calls["draft_read"] = lambda: self.draft(tok, c)
         if self.has_memory:
             calls["state_commit"] = self.calls["state_commit", i].run
-        times = {name: [] for name in calls}
-        per_pass = max(1, repeats // passes)
-        for _ in range(passes):
-            for name, fn in calls.items():
-                fn()  # warm-up: the previous graph's weights have just been through the caches
-                for _ in range(per_pass):
-                    t = time.perf_counter()
-                    fn()
-                    times[name].append((time.perf_counter() - t) * 1e3)
+        calls["window_shift"] = shift.run
+        times = {}
+        for name, fn in calls.items():
+            fn()
+            times[name] = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - t) * 1e3)
         return times

@@ -109,6 +109,71 @@ def verify_files(folder: Path, files: dict[str, str]) -> None:
                                 "the file was changed after export: re-export")
 
 
+def canonical_sha256(manifest: dict) -> str:
+    """sha256 of the manifest's canonical JSON, its own checksum field left out."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _mismatch(path: Path, field: str, value, other: str, expected) -> ArtifactError:
+    return ArtifactError(f"{path}: {field} is {value!r} but {other} is {expected!r}; the manifest does not "
+                         "describe this export: re-export")
+
+
+def check_consistency(path: Path, m: dict) -> None:
+    """Every size the manifest states agrees with every other, and with the target and drafter configs
+    it records: one line naming the field and both values for the first disagreement."""
+    g, cache, target = m["graphs"], m["cache"], m["target"]["config"]
+
+    def shape(graph: str, name: str) -> list:
+        for t in (*g[graph]["inputs"], *g[graph]["outputs"]):
+            if t["name"] == name:
+                return t["shape"]
+        raise ArtifactError(f"{path}: graph {graph!r} has no tensor {name!r}; re-export")
+
+    def same(field: str, value, other: str, expected) -> None:
+        if value != expected:
+            raise _mismatch(path, field, value, other, expected)
+
+    missing = [n for n in (*TARGET_GRAPHS, "draft_read", "window_shift") if n not in g]
+    if missing:
+        raise ArtifactError(f"{path}: graph {missing[0]!r} is missing; re-export")
+    for name, graph in g.items():
+        for t in (*graph["inputs"], *graph["outputs"]):
+            if t.get("dtype") not in ("float32", "int64"):
+                raise ArtifactError(f"{path}: graphs.{name} tensor {t.get('name')!r} has dtype {t.get('dtype')!r}; "
+                                    "expected float32 or int64: re-export")
+    t_max, vocab = m["max_context"], target.get("vocab_size")
+    same("max_context", t_max, "cache.rows", cache["rows"])
+    same("cache.onnx.shape", cache["onnx"]["shape"], "[1, kv_heads, rows, head_dim]",
+         [1, cache["kv_heads"], cache["rows"], cache["head_dim"]])
+    same("cache.pte.shape", cache["pte"]["shape"], "[1, rows, kv_heads, head_dim]",
+         [1, cache["rows"], cache["kv_heads"], cache["head_dim"]])
+    same("cache.layers", cache["layers"], "target.config.num_hidden_layers", target.get("num_hidden_layers"))
+    same("block", m["block"], "drafter.config.block", m["drafter"]["config"].get("block"))
+    same("block", m["block"], "draft_read.draft_tokens shape[0]", shape("draft_read", "draft_tokens")[0])
+    same("window", m["window"], "window_shift.win_pos shape[0]", shape("window_shift", "win_pos")[0])
+    same("window", m["window"], "draft_read.win_k shape[2]", shape("draft_read", "win_k")[2])
+    window = m["drafter"]["config"].get("window")
+    same("window", m["window"], "drafter.config.window (at max_context)",
+         t_max if window == "full" else min(window, t_max) if isinstance(window, int) else window)
+    same("prefill_chunk", m["prefill_chunk"], "target_prefill.tokens shape[0]", shape("target_prefill", "tokens")[0])
+    same("target_verify.tokens shape[0]", shape("target_verify", "tokens")[0], "the verify width", VERIFY_ROWS)
+    same("target_decode.tokens shape[0]", shape("target_decode", "tokens")[0], "the decode width", 1)
+    feature = len(m["target"]["taps"]) * target.get("hidden_size", 0)
+    for name in TARGET_GRAPHS:
+        rows = shape(name, "tokens")[0]
+        same(f"{name}.positions shape", shape(name, "positions"), "[tokens]", [rows])
+        same(f"{name}.logits shape", shape(name, "logits"), "[tokens, target.config.vocab_size]", [rows, vocab])
+        same(f"{name}.features shape", shape(name, "features"), "[tokens, taps x hidden_size]", [rows, feature])
+    same("draft_read.draft_logits shape", shape("draft_read", "draft_logits"), "[block, vocab_size]",
+         [m["block"], vocab])
+    same("window_shift.features shape", shape("window_shift", "features"), "[8, taps x hidden_size]",
+         [VERIFY_ROWS, feature])
+    if m["max_context"] <= VERIFY_ROWS:
+        raise ArtifactError(f"{path}: max_context {t_max} leaves no usable context (needs > {VERIFY_ROWS}); re-export")
+
+
 def load_manifest(folder: str | Path) -> dict:
     folder = Path(folder)
     path = folder / "manifest.json"
@@ -124,6 +189,9 @@ def load_manifest(folder: str | Path) -> dict:
     if version != FORMAT_VERSION:
         raise ArtifactError(f"{path}: format_version {version!r} is not supported (this hyflash reads "
                             f"{FORMAT_VERSION}); re-export it with this version of hyflash")
+    if manifest.get("manifest_sha256") != canonical_sha256(manifest):
+        raise ArtifactError(f"{path}: the manifest's own checksum (manifest_sha256) does not match its contents; "
+                            "it was edited after export: re-export")
     missing = [k for k in REQUIRED if k not in manifest]
     if missing:
         raise ArtifactError(f"{path}: missing key {missing[0]!r}; re-export")
@@ -138,8 +206,17 @@ def load_manifest(folder: str | Path) -> dict:
             inside(folder, rel)
             if rel not in listed:
                 raise ArtifactError(f"{path}: graph {name!r} uses {rel!r}, which has no checksum; re-export")
+    try:
+        check_consistency(path, manifest)
+    except (KeyError, TypeError, IndexError, AttributeError) as e:
+        raise ArtifactError(f"{path}: malformed entry ({type(e).__name__}: {e}); re-export") from None
     verify_files(folder, manifest["files"])
     return manifest
+
+
+def seal(manifest: dict) -> dict:
+    """The manifest with its own checksum (written by the exporter, checked by every loader)."""
+    return {**manifest, "manifest_sha256": canonical_sha256(manifest)}
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

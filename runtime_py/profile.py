@@ -1,8 +1,8 @@
 """`hyflash profile`: what each graph costs at a given committed length, side by side in one run.
 
 For every committed length c: a prompt of c tokens is prefilled (timed: time to first token and
-prefill tokens/s), then each graph is called repeatedly at position c (back-to-back calls, in
-five runs between which the graphs take turns) and the median taken:
+prefill tokens/s), then each graph is called repeatedly at position c (a warm-up call, then
+back-to-back calls) and the median taken:
 `target_decode` (1 row), `target_verify` (8 rows), `target_prefill` (one chunk), and the
 drafter's three graphs (`draft_read`, `state_commit` and `window_shift` with a full commit).
 Calls at one position overwrite the same cache rows, which is what a rejected round does.
@@ -50,7 +50,7 @@ def target_only_tokens_per_s(runtime: Runtime, prompt: list[int], new_tokens: in
 
 
 def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...] = (256, 1024, 2048),
-            threads: int | None = None, repeats: int = 50, new_tokens: int = 64, optimum: bool = True,
+            threads: int | None = None, repeats: int = 30, new_tokens: int = 64, optimum: bool = True,
             progress: bool = True) -> dict:
     runtime = Runtime(folder, backend, threads)
     too_long = [c for c in contexts if c + max(new_tokens, runtime.chunk) > runtime.usable_context]

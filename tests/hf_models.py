@@ -30,7 +30,8 @@ VARIANTS = {
 ARCH_VARIANTS = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 
 
-def make_hf_model(variant: str, seed: int = 0):
+def make_hf_model(variant: str, seed: int = 0, scale: float = 1.0):
+    """scale: every weight matrix times this, for activations and logits as large as a real model's."""
     import transformers
 
     cls_name, overrides = VARIANTS[variant]
@@ -43,10 +44,12 @@ def make_hf_model(variant: str, seed: int = 0):
                 p.add_(0.1 * torch.randn_like(p))
             elif p.dim() == 1:
                 p.normal_(0, 0.05)
+            else:
+                p.mul_(scale)
     return model.eval()
 
 
-def save_hf_model(variant: str, folder, seed: int = 0, dtype=torch.float32):
-    model = make_hf_model(variant, seed)
+def save_hf_model(variant: str, folder, seed: int = 0, dtype=torch.float32, scale: float = 1.0):
+    model = make_hf_model(variant, seed, scale)
     model.to(dtype).save_pretrained(folder, safe_serialization=True)
     return model.float()

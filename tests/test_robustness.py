@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import CONTEXT
 from hyflash.cli import main
-from hyflash.runtime_py.manifest import load_manifest
+from hyflash.runtime_py.manifest import load_manifest, seal
 from hyflash.runtime_py.loop import GenerationConfig, Runtime
 
 
@@ -35,6 +35,7 @@ def broken_exports(both_formats, tmp_path_factory):
         "missing-key": lambda m: m.pop("graphs"),
         "outside": lambda m: m["graphs"]["draft_read"].update(onnx="../../etc/passwd"),
         "absolute": lambda m: m["files"].update({"/etc/passwd": "0" * 64}),
+        "hand-edited": lambda m: m.update(max_context=10**9),  # checksum left as it was
         "not-json": None,
     }
     out = {}
@@ -46,6 +47,8 @@ def broken_exports(both_formats, tmp_path_factory):
         else:
             m = json.loads(json.dumps(manifest))
             edit(m)
+            if name != "hand-edited":  # the checksum recomputed, as a buggy exporter would write it
+                m = seal(m)
             (dest / "manifest.json").write_text(json.dumps(m))
         out[name] = dest
     return out
@@ -92,6 +95,8 @@ def cases(qwen3_dir, both_formats, broken, mismatched, tmp):
         "validate path outside": (["validate", str(broken["outside"])], "outside the export folder"),
         "validate absolute path": (["validate", str(broken["absolute"])], "not a relative path"),
         "validate bad json": (["validate", str(broken["not-json"])], "not valid JSON"),
+        "generate hand-edited manifest": (["generate", str(broken["hand-edited"]), "--prompt-ids", "5"],
+                                          "manifest's own checksum (manifest_sha256) does not match"),
         "generate bad manifest": (["generate", str(broken["outside"]), "--prompt-ids", "5"], "outside"),
         "generate empty prompt": (gen + ["--prompt", ""], "empty"),
         "generate prompt too long": (gen + ["--prompt-file", str(long_prompt)], "usable context"),
@@ -99,6 +104,10 @@ def cases(qwen3_dir, both_formats, broken, mismatched, tmp):
         "generate prompt file missing": (gen + ["--prompt-file", str(tmp / "nope.txt")], "no such file"),
         "generate id out of vocab": (gen + ["--prompt-ids", "3,4000"], "outside the vocabulary"),
         "generate ids not ints": (gen + ["--prompt-ids", "3,x"], "integers"),
+        "generate ids stray comma": (gen + ["--prompt-ids", "1,2,,3"], "an empty item (a stray comma)"),
+        "generate ids trailing comma": (gen + ["--prompt-ids", "1,2,"], "an empty item (a stray comma)"),
+        "generate ids negative": (gen + ["--prompt-ids", "1,-2"], "'-2'"),
+        "generate ids float": (gen + ["--prompt-ids", "1,2.5"], "'2.5'"),
         "generate negative tokens": (gen + ["--prompt-ids", "3", "--max-new-tokens", "-1"], "positive"),
         "generate temperature < 0": (gen + ["--prompt-ids", "3", "--temperature", "-0.5"], "temperature"),
         "generate top-p 0": (gen + ["--prompt-ids", "3", "--top-p", "0"], "top-p"),
@@ -111,6 +120,10 @@ def cases(qwen3_dir, both_formats, broken, mismatched, tmp):
         "train-drafter missing target": (["train-drafter", "--target", str(tmp / "nope"), "--out", str(tmp / "r")],
                                          "not a folder"),
         "train-target negative steps": (["train-target", "--out", str(tmp / "r"), "--steps", "-5"], "positive"),
+        "train-drafter before corpus": (["train-drafter", "--target", str(qwen3_dir), "--corpus", str(tmp / "nocorpus"),
+                                         "--out", str(tmp / "r")], "make it with `hyflash corpus --out"),
+        "train-target before corpus": (["train-target", "--corpus", str(tmp / "nocorpus"), "--out", str(tmp / "r")],
+                                       "make it with `hyflash corpus --out"),
     }
 
 
@@ -216,6 +229,6 @@ def test_property_mutated_manifests(both_formats, tmp_path_factory, path, value)
         node = node.get(key) if isinstance(node, dict) else None
     if isinstance(node, dict):
         node[path[-1]] = value
-    (folder / "manifest.json").write_text(json.dumps(m))
+    (folder / "manifest.json").write_text(json.dumps(seal(m)))  # past the checksum: the other checks answer
     code = main(["generate", str(folder), "--prompt-ids", "5", "--max-new-tokens", "2"])
     assert code in (0, 2)

@@ -151,7 +151,7 @@ def test_usable_context_stops_both_modes_at_the_same_token(both_formats):
     assert "usable context" in sa.stop_reason and sa.stop_reason == sb.stop_reason
 
 
-@pytest.mark.parametrize("ids,message", [("", "empty"), ("5,96", "outside the vocabulary"), ("5,-1", "outside"),
+@pytest.mark.parametrize("ids,message", [("", "empty"), ("5,96", "outside the vocabulary"), ("5,-1", "non-negative integers"),
                                          (",".join(["7"] * (CONTEXT - 8)), "usable context")])
 def test_bad_prompts_are_refused(both_formats, ids, message, capsys):
     assert main(["generate", str(both_formats), "--prompt-ids", ids]) == 2

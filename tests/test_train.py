@@ -76,6 +76,12 @@ def test_ddp_two_ranks_match_one_process(corpus, tmp_path):
     a, b = load_file(single / "model" / "model.safetensors"), load_file(ddp / "model" / "model.safetensors")
     for k in a:
         assert torch.allclose(a[k].float(), b[k].float(), atol=2e-2), k  # bf16 files: rounding only
+    # one writer: rank 0 alone wrote the model (once, by rename: no temporary folder left) and said so
+    assert result.stdout.count("wrote ") == 1
+    assert sorted(p.name for p in ddp.iterdir()) == ["checkpoint", "log.jsonl", "model", "rank_checksums.json"]
+    assert sorted(p.name for p in (ddp / "model").iterdir()) == ["config.json", "model.safetensors"]
+    resumed = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)  # both ranks resume, done
+    assert resumed.returncode == 0 and load_file(ddp / "model" / "model.safetensors").keys() == b.keys()
 
 
 def test_eval_target_reports_loss_by_position(corpus, tmp_path, capsys):

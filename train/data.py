@@ -95,8 +95,20 @@ def encode_file(tokenizer_path: Path, text_path: Path) -> np.ndarray:
     return np.asarray(ids, dtype=np.uint16)
 
 
+def check_corpus(corpus: Path, tokenizer_path: Path, side: str = "train") -> None:
+    """Missing inputs name the command that makes them."""
+    if not (Path(corpus) / f"{side}.txt").is_file():
+        raise FileNotFoundError(f"{Path(corpus) / f'{side}.txt'}: no corpus there; make it with "
+                                f"`hyflash corpus --out {corpus}` (or pass --corpus DIR)")
+    if not Path(tokenizer_path).is_file():
+        raise FileNotFoundError(f"{tokenizer_path}: no tokenizer there; make it with "
+                                f"`hyflash train-tokenizer --corpus {corpus}` (or pass --tokenizer FILE)")
+
+
 def token_stream(corpus: Path, tokenizer_path: Path, side: str) -> np.ndarray:
     """Tokens of a split, cached next to the corpus as .npy (keyed by the tokenizer's hash)."""
+    corpus, tokenizer_path = Path(corpus), Path(tokenizer_path)
+    check_corpus(corpus, tokenizer_path, side)
     key = hashlib.sha256(tokenizer_path.read_bytes()).hexdigest()[:12]
     cache = corpus / f"{side}.{key}.npy"
     if cache.is_file():

@@ -18,7 +18,7 @@ from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import save_drafter, target_info
 from hyflash.models.target import Target
 from hyflash.train.data import sample_windows, token_stream
-from hyflash.train.loop import TrainConfig, train
+from hyflash.train.loop import TrainConfig, train, write_folder
 
 
 class Distill(nn.Module):
@@ -76,5 +76,5 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig, corpus: Path, toke
 
     train(model, lambda m, batch: m(torch.from_numpy(batch)), lambda rng, n: sample_windows(stream, n, seq_len, rng), cfg, f"drafter-{drafter_cfg.name}")
     dest = cfg.out / "model"
-    save_drafter(drafter.eval(), dest, target_info(target))
+    write_folder(dest, lambda tmp: save_drafter(drafter.eval(), tmp, target_info(target)))
     return dest

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -61,6 +62,30 @@ def world() -> tuple[int, int]:
     if size > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return (dist.get_rank(), size) if size > 1 else (0, 1)
+
+
+def is_writer() -> bool:
+    """Rank 0 writes checkpoints, logs and the final model; the other ranks write nothing."""
+    return world()[0] == 0
+
+
+def write_folder(dest: Path, fill: Callable[[Path], None]) -> None:
+    """`fill(tmp)` writes a folder's files into a temporary sibling, which then replaces `dest` in
+    one rename: a reader never sees half a model. Rank 0 only; other ranks wait for it."""
+    if is_writer():
+        tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        fill(tmp)
+        if dest.exists():
+            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+            dest.rename(old)
+            tmp.rename(dest)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(dest)
+    if dist.is_initialized():
+        dist.barrier()  # every rank returns once the folder is complete
 
 
 def trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:

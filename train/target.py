@@ -12,9 +12,9 @@ import torch
 from hyflash.models.config import TargetConfig
 from hyflash.models.loading import load_target, save_target
 from hyflash.models.target import Target
-from hyflash.train.data import EOS, sample_windows, token_stream
+from hyflash.train.data import EOS, check_corpus, sample_windows, token_stream
 from hyflash.train.copytrain import CopyCurriculum
-from hyflash.train.loop import TrainConfig, lm_loss, train
+from hyflash.train.loop import TrainConfig, is_writer, lm_loss, train, write_folder
 
 
 def reference_config(vocab_size: int, eos_id: int, layers: int = 12, hidden: int = 256) -> dict:
@@ -60,6 +60,7 @@ def train_target(corpus: Path, tokenizer: Path, out: Path, cfg: TrainConfig, seq
     """
     from tokenizers import Tokenizer
 
+    check_corpus(corpus, tokenizer)
     tok = Tokenizer.from_file(str(tokenizer))
     if init_from is not None:
         model, raw = _init_from(Path(init_from), tokenizer)
@@ -76,13 +77,18 @@ def train_target(corpus: Path, tokenizer: Path, out: Path, cfg: TrainConfig, seq
     else:
         log = train(model, lm_loss, lambda rng, n: sample_windows(stream, n, seq_len + 1, rng), cfg, "target")
     dest = out / "model"
-    save_target(model.eval(), dest, raw, dtype=torch.bfloat16)
-    shutil.copy(tokenizer, dest / "tokenizer.json")
-    (out / "train_config.json").write_text(json.dumps(
-        {**{k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()},
-         "seq_len": seq_len, "steps_done": len(log),
-         **({"init_from": str(init_from), "curriculum": curriculum, "probe_every": probe_every}
-            if init_from or curriculum or probe_every else {})}, indent=1))
+
+    def fill(tmp: Path) -> None:
+        save_target(model.eval(), tmp, raw, dtype=torch.bfloat16)
+        shutil.copy(tokenizer, tmp / "tokenizer.json")
+
+    write_folder(dest, fill)
+    if is_writer():
+        (out / "train_config.json").write_text(json.dumps(
+            {**{k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()},
+             "seq_len": seq_len, "steps_done": len(log),
+             **({"init_from": str(init_from), "curriculum": curriculum, "probe_every": probe_every}
+                if init_from or curriculum or probe_every else {})}, indent=1))
     return dest
 
 
