@@ -56,20 +56,17 @@ class OrtBackend(Backend):
 
         self.ort = ort
         self.contract = contract
-        small = _weights_bytes(folder, contract, "drafter") < SMALL_DRAFTER_BYTES
         self.sessions = {}
         for g, spec in contract.graphs.items():
             if not spec.get("onnx"):
                 continue
             opts = ort.SessionOptions()
-            # a small drafter's graphs are many tiny ops: one thread beats a pool that wakes per op
-            # (reference drafter, 3 graphs a round: 1.44-1.61 ms on one thread, 1.57-1.74 ms on two)
-            n = 1 if spec["model"] == "drafter" and small else threads
-            if n:
-                opts.intra_op_num_threads = n
+            if threads:
+                opts.intra_op_num_threads = threads
             opts.log_severity_level = 3
             # Six sessions take turns, each with its own intra-op pool: a pool whose threads spin after
             # a call steals the cores from the next session's (measured: verify 3x slower on 2 cores).
+            # (One process-wide pool that spins measured within noise of this, in the loop: not taken.)
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session = ort.InferenceSession(str(folder / spec["onnx"]), opts, providers=["CPUExecutionProvider"])
             declared = _declared_io(contract, g, onnx_cache=True)
@@ -103,7 +100,6 @@ class OrtBackend(Backend):
         return call
 
 
-SMALL_DRAFTER_BYTES = 64 * 2**20
 ORT_TYPES = {"tensor(float)": "float32", "tensor(int64)": "int64"}
 PTE_TYPES = {6: "float32", 4: "int64"}  # ExecuTorch ScalarType codes
 
@@ -132,14 +128,6 @@ def check_io(where: str, kind: str, declared: list[tuple], actual: list[tuple]) 
             if theirs is not None and mine != theirs:
                 raise ArtifactError(f"{where}: {kind[:-1]} {i} ({name}) has {field} {mine!r} in the manifest but "
                                     f"{theirs!r} in the graph; re-export")
-
-
-def _weights_bytes(folder: Path, contract: Contract, model: str) -> int:
-    """Bytes of a model's ONNX graphs and external weights (what its sessions read)."""
-    files = {(folder / spec["onnx"]).parent / f"{model}.weights" for spec in contract.graphs.values()
-             if spec.get("onnx") and spec["model"] == model}
-    files |= {folder / spec["onnx"] for spec in contract.graphs.values() if spec.get("onnx") and spec["model"] == model}
-    return sum(f.stat().st_size for f in files if f.is_file())
 
 
 class PteBackend(Backend):

@@ -23,14 +23,14 @@ print(json.dumps(plot_training_log(Path('runs/drafter-$name/log.jsonl'), Path('$
 " > "$card/train_summary.json"
   fi
   ref=reference$([ "$name" = hyflash ] || echo "-$name")
-  [ -f "runs/exports/$name/manifest.json" ] ||
-    $H export --target reference --drafter "$ref" --out "runs/exports/$name" --format onnx --force
-  exports+=("runs/exports/$name")
+  [ -f "runs/exports/v2-$name/manifest.json" ] ||
+    $H export --target reference --drafter "$ref" --out "runs/exports/v2-$name" --format onnx --force
+  exports+=("runs/exports/v2-$name")
 done
 # the int4 HyFlash drafter (ONNX MatMulNBits) beside the fp32 ones: how much tau quantization costs
-[ -f runs/exports/hyflash-int4/manifest.json ] ||
-  $H export --target reference --drafter reference --out runs/exports/hyflash-int4 --format onnx --quantize int4 --force
-exports+=(runs/exports/hyflash-int4)
+[ -f runs/exports/v2-hyflash-int4/manifest.json ] ||
+  $H export --target reference --drafter reference --out runs/exports/v2-hyflash-int4 --format onnx --quantize int4 --force
+exports+=(runs/exports/v2-hyflash-int4)
 $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket "${PROMPTS:-8}" --max-new-tokens 64 \
   --threads 2 --plot docs/reference/bench.png --json > docs/reference/bench.json
 .venv/bin/python -c "
