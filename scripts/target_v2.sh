@@ -10,7 +10,8 @@
 # warmup steps (fresh AdamW moments on a trained model), cosine to 1.5e-4 at step 2,000 so that
 # plain loss recovers at the end. One thread (the machine's other core is for other work).
 # Rerun this script to resume from runs/target-v2/checkpoint (keep the flags identical: the lr
-# schedule and the curriculum stage are functions of the step and --steps).
+# schedule and the curriculum stage are functions of the step and --steps); to keep a session's
+# progress: scripts/target_v2_keep.sh (bf16 weights, step and log into checkpoints/target-v2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
@@ -23,6 +24,13 @@ mkdir -p runs results
 # before: copy rate (16 probes per filler length) and loss by position of the embedded target
 [ -f results/target_v2_before.json ] || OMP_NUM_THREADS=1 $H eval-target --target reference --windows 119 \
   --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v2_before.json
+
+# a later session: start from the checkpoint committed under checkpoints/target-v2 (bf16 weights, the
+# step and the log; Adam's moments were not kept, so they start afresh at that step)
+if [ ! -d runs/target-v2/checkpoint ] && [ -f checkpoints/target-v2/state.json ]; then
+  mkdir -p runs/target-v2/checkpoint
+  cp checkpoints/target-v2/model.safetensors checkpoints/target-v2/state.json runs/target-v2/checkpoint/
+fi
 
 # the run (foreground here; launch as `nohup scripts/target_v2.sh >> runs/target-v2.log 2>&1 &`)
 OMP_NUM_THREADS=1 $H train-target --init-from reference --curriculum copy --probe-every 100 \

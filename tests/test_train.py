@@ -92,3 +92,21 @@ def test_eval_target_reports_loss_by_position(corpus, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["windows"] >= 1 and 0 <= report["accuracy"] <= 1 and report["loss"] > 0
     assert [b["to"] for b in report["loss_by_position"]][-1] == 32 and png.stat().st_size > 5000
+
+
+def test_a_checkpoint_without_its_optimizer_state_resumes_at_its_step(tmp_path):
+    """scripts/target_v2_keep.sh keeps weights (bf16), step and log, not Adam's moments."""
+    from safetensors.torch import save_file
+
+    from hyflash.train.loop import TrainConfig, load_checkpoint
+
+    model = torch.nn.Linear(4, 3)
+    (tmp_path / "checkpoint").mkdir()
+    save_file({k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()},
+              tmp_path / "checkpoint" / "model.safetensors")
+    (tmp_path / "checkpoint" / "state.json").write_text(json.dumps({"step": 7, "log": [{"step": 7}]}))
+    fresh = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(fresh.parameters())
+    step, log = load_checkpoint(fresh, opt, TrainConfig(out=tmp_path, steps=10, batch=1))
+    assert step == 7 and log == [{"step": 7}] and not opt.state  # moments start afresh
+    assert torch.allclose(fresh.weight, model.weight.to(torch.bfloat16).float())

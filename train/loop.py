@@ -114,7 +114,10 @@ def load_checkpoint(model, opt, cfg: TrainConfig) -> tuple[int, list[dict]]:
     missing, unexpected = model.load_state_dict(load_file(ckpt / "model.safetensors"), strict=False)
     if unexpected or set(missing) & set(trainable(model)):
         raise ValueError(f"{ckpt}: checkpoint does not match the model (delete it to start over)")
-    opt.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+    if (ckpt / "optimizer.pt").is_file():
+        opt.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+    # else a checkpoint kept without its optimizer state (scripts/target_v2.sh commits weights and step
+    # only, not the 84 MB of Adam moments): the moments start afresh at the saved step
     state = json.loads((ckpt / "state.json").read_text())
     return state["step"], state["log"]
 
