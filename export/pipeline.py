@@ -25,7 +25,7 @@ from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
                                     target_info, weight_files)
 from hyflash.models.target import Target
-from hyflash.runtime_py.manifest import FORMAT_VERSION, file_hashes, seal, sha256, write_json_atomic
+from hyflash.runtime_py.manifest import FORMAT_VERSION, VERIFY_ROWS, file_hashes, seal, sha256, write_json_atomic
 
 FORMATS = ("onnx", "pte")
 
@@ -83,6 +83,9 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
     target, drafter = load_models(target_dir, cfg.drafter, cfg.window, cfg.seed)
     max_context = cfg.max_context or target.cfg.default_max_context()
     target.cfg.check_context(max_context)
+    if cfg.prefill_chunk > max_context - VERIFY_ROWS:
+        raise ValueError(f"--prefill-chunk {cfg.prefill_chunk} does not fit the context ({max_context} rows, "
+                         f"{VERIFY_ROWS} kept for a verify block); use --prefill-chunk <= {max_context - VERIFY_ROWS}")
     specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk)
 
     _remove_stale_partials(out)

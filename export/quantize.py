@@ -40,7 +40,8 @@ def quantize_onnx(proto, mode: str, vocab_weight=None):
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
         vocab = vocab_projections(proto, vocab_weight) if vocab_weight is not None else []
-        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=GROUP, is_symmetric=False, nodes_to_exclude=vocab)
+        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=GROUP, is_symmetric=False,
+                                         nodes_to_exclude=vocab + rotations(proto))
         quantizer.process()
         return quantizer.model.model
     if mode == "int8":
@@ -49,7 +50,8 @@ def quantize_onnx(proto, mode: str, vocab_weight=None):
         with tempfile.TemporaryDirectory() as tmp:
             src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
             onnx.save_model(proto, src)
-            quantize_dynamic(src, dst, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
+            quantize_dynamic(src, dst, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8,
+                             nodes_to_exclude=rotations(proto))
             return onnx.load(dst)
     raise ValueError(f"unknown quantization {mode!r}")
 
@@ -62,6 +64,22 @@ def vocab_projections(proto, weight) -> list[str]:
     same = {t.name for t in proto.graph.initializer
             if tuple(t.dims) == weight.shape and np.array_equal(numpy_helper.to_array(t), weight)}
     return [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in same]
+
+
+def rotations(proto) -> list[str]:
+    """MatMul nodes whose constant weight is a signed permutation (every entry 0 or ±1, one nonzero
+    per column): RoPE's rotate-half (`models.target._half_turn`), exact in fp32, never quantized
+    (dynamic int8 would round the activations it rotates; MatMulNBits would only add a kernel)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    turns = set()
+    for t in proto.graph.initializer:
+        if len(t.dims) == 2 and t.dims[0] == t.dims[1] and t.dims[0] <= 1024:
+            w = numpy_helper.to_array(t)
+            if np.isin(w, (-1.0, 0.0, 1.0)).all() and (np.abs(w).sum(0) == 1).all():
+                turns.add(t.name)
+    return [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in turns]
 
 
 def quantize_module(module: nn.Module, mode: str) -> nn.Module:

@@ -106,7 +106,8 @@ def drafter_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> Non
     for step, n in enumerate((8, 3, 8, 0, 8, 5, 8, 1, 8)):
         rows = rng.standard_normal((VERIFY_ROWS, feat)).astype(np.float32)
         for r in (rt, eager):
-            r.calls["window_shift", r.ctx.index].inputs["features"][:] = np.nan  # rows >= n must never count
+            # rows >= n must never count (state_commit is bound to this same features array)
+            r.calls["window_shift", r.ctx.index].inputs["features"][:] = np.nan
             r.commit(rows, pos, n)
         got, expected = _drafter_outputs(rt), _drafter_outputs(eager)
         cmp.outputs("window_shift", got, expected)
@@ -124,14 +125,12 @@ def drafter_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> Non
 def target_calls(max_context: int, chunk: int) -> list[tuple[str, int, int]]:
     """(graph, position, tokens) for target parity: full and padded prefill chunks, verify blocks
     that leave stale rows behind (a rejection), decode steps, and blocks at the end of the cache."""
-    calls, pos = [], 0
-    for n in (chunk, max(1, chunk // 2)):
-        if pos + chunk <= max_context - 2 * VERIFY_ROWS:
-            calls.append(("target_prefill", pos, n))
-            pos += n
-    calls += [("target_verify", pos, VERIFY_ROWS), ("target_decode", pos + 3, 1),
-              ("target_verify", pos + 4, VERIFY_ROWS)]
-    pos += 4 + 2  # two of the last block's rows kept
+    # a padded chunk, then a full one, both from row 0 (the export keeps chunk <= max_context - 8)
+    calls, pos = [("target_prefill", 0, max(1, chunk // 2)), ("target_prefill", 0, chunk)], chunk
+    if pos + 4 + VERIFY_ROWS <= max_context:
+        calls += [("target_verify", pos, VERIFY_ROWS), ("target_decode", pos + 3, 1),
+                  ("target_verify", pos + 4, VERIFY_ROWS)]
+        pos += 4 + 2  # two of the last block's rows kept
     end = max_context - VERIFY_ROWS
     while pos + chunk <= end:
         calls.append(("target_prefill", pos, chunk))
@@ -146,7 +145,10 @@ def target_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> None
     rng = np.random.default_rng(seed + 1)
     for r in (rt, eager):
         r.cache.reset()
-    for graph, pos, n in target_calls(rt.max_context, rt.chunk):
+    calls = target_calls(rt.max_context, rt.chunk)
+    if {g for g, _, _ in calls} != {"target_prefill", "target_verify", "target_decode"}:
+        raise AssertionError(f"target parity would leave a graph unchecked: {calls}")
+    for graph, pos, n in calls:
         tokens = rng.integers(0, rt.vocab, n).tolist()
         outs = []
         for r in (rt, eager):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -190,24 +191,37 @@ class _StderrFilter:
     File descriptor 2 goes to a scratch file during the call; any other line is passed on."""
 
     NOISE = b"No temp allocator provided"
-
-    def __init__(self):
-        self.scratch = tempfile.TemporaryFile()
+    # fd 2 is the process's: runtimes in several threads swap it once, under one lock, for all of them
+    _lock = threading.Lock()
+    _users = 0
+    _saved = -1
+    _scratch = None
 
     def __enter__(self):
-        self.saved = os.dup(2)
-        self.scratch.seek(0)
-        self.scratch.truncate()
-        os.dup2(self.scratch.fileno(), 2)
+        cls = type(self)
+        with cls._lock:
+            if cls._users == 0:
+                cls._scratch = cls._scratch or tempfile.TemporaryFile()
+                cls._scratch.seek(0)
+                cls._scratch.truncate()
+                cls._saved = os.dup(2)
+                os.dup2(cls._scratch.fileno(), 2)
+            cls._users += 1
 
     def __exit__(self, *exc):
-        os.dup2(self.saved, 2)
-        os.close(self.saved)
-        if self.scratch.tell():
-            self.scratch.seek(0)
-            for line in self.scratch.read().splitlines(keepends=True):
-                if self.NOISE not in line:
-                    os.write(2, line)
+        cls = type(self)
+        with cls._lock:
+            cls._users -= 1
+            if cls._users:
+                return
+            os.dup2(cls._saved, 2)
+            os.close(cls._saved)
+            size = os.fstat(cls._scratch.fileno()).st_size
+            if size:
+                cls._scratch.seek(0)
+                for line in cls._scratch.read(size).splitlines(keepends=True):
+                    if self.NOISE not in line:
+                        os.write(2, line)
 
 
 def open_backend(kind: str, folder: Path, contract: Contract, threads: int | None = None,

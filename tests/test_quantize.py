@@ -7,7 +7,7 @@ import pytest
 
 from conftest import CHUNK, CONTEXT
 from hyflash.cli import main
-from hyflash.export.quantize import quantized_op_counts, vocab_projections
+from hyflash.export.quantize import quantized_op_counts, rotations, vocab_projections
 from hyflash.export.validate import agreement_texts, drafter_agreement, summarize, target_agreement, validate
 from hyflash.models.loading import load_target
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
@@ -56,6 +56,9 @@ def test_quantized_nodes_are_present(int8_drafter_int4_target, qwen3_dir, tmp_pa
         proto = onnx.load(folder / "onnx" / f"{graph}.onnx")
         assert len(vocab_projections(proto, vocab)) == 1, graph
         assert set(_nbits(folder, graph)) == {4}, graph
+        assert len(rotations(proto)) >= 2, graph  # RoPE's exact rotate-half stays a plain fp32 MatMul
+    for graph in ("draft_read", "window_shift"):  # and dynamic int8 leaves it alone too
+        assert len(rotations(onnx.load(int8_drafter_int4_target / "onnx" / f"{graph}.onnx"))) >= 1, graph
     assert not _ops(int4, "target_verify")  # the target stays fp32 unless asked
     onnx_bytes = {p.name: p.stat().st_size for p in (int4 / "onnx").glob("*.weights")}
     fp32_bytes = {p.name: p.stat().st_size for p in (int8_drafter_int4_target / "onnx").glob("*.weights")}

@@ -86,6 +86,8 @@ def cases(qwen3_dir, both_formats, broken, mismatched, tmp):
         "export drafter for another target": (exp + ["--drafter", str(mismatched)], "trained for a target"),
         "export context too long": (exp + ["--drafter", "random", "--max-context", "100000"], "max_position"),
         "export negative window": (exp + ["--drafter", "random", "--window", "-4"], "positive"),
+        "export chunk past the context": (exp + ["--drafter", "random", "--max-context", "64", "--prefill-chunk", "60"],
+                                          "--prefill-chunk 60 does not fit the context (64 rows"),
         "validate missing": (["validate", str(tmp / "nope")], "not a folder"),
         "validate checkpoint": (["validate", str(qwen3_dir)], "no manifest.json"),
         "validate future version": (["validate", str(broken["version"])], "format_version"),

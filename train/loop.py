@@ -72,20 +72,22 @@ def is_writer() -> bool:
 def write_folder(dest: Path, fill: Callable[[Path], None]) -> None:
     """`fill(tmp)` writes a folder's files into a temporary sibling, which then replaces `dest` in
     one rename: a reader never sees half a model. Rank 0 only; other ranks wait for it."""
-    if is_writer():
-        tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        fill(tmp)
-        if dest.exists():
-            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-            dest.rename(old)
-            tmp.rename(dest)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(dest)
-    if dist.is_initialized():
-        dist.barrier()  # every rank returns once the folder is complete
+    try:
+        if is_writer():
+            tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            fill(tmp)
+            if dest.exists():
+                old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+                dest.rename(old)
+                tmp.rename(dest)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(dest)
+    finally:  # every rank returns once the folder is complete (or rank 0 failed: nobody waits forever)
+        if dist.is_initialized():
+            dist.barrier()
 
 
 def trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
