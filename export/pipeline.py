@@ -26,6 +26,7 @@ from hyflash.models.loading import (drafter_config_dict, load_drafter, load_targ
                                     target_info, weight_files)
 from hyflash.models.target import Target
 from hyflash.runtime_py.manifest import FORMAT_VERSION, VERIFY_ROWS, file_hashes, seal, sha256, write_json_atomic
+from hyflash.train.loop import replace_folder
 
 FORMATS = ("onnx", "pte")
 
@@ -127,7 +128,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()]
         manifest = _manifest(cfg, target_dir, target, drafter, graphs, file_hashes(tmp, files), max_context)
         write_json_atomic(tmp / "manifest.json", seal(manifest))
-        _replace(tmp, out)
+        replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -150,16 +151,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _replace(tmp: Path, out: Path) -> None:
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)
 
 
 def target_record(target_dir: Path) -> dict:

@@ -78,16 +78,21 @@ def write_folder(dest: Path, fill: Callable[[Path], None]) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             fill(tmp)
-            if dest.exists():
-                old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-                dest.rename(old)
-                tmp.rename(dest)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                tmp.rename(dest)
+            replace_folder(tmp, dest)
     finally:  # every rank returns once the folder is complete (or rank 0 failed: nobody waits forever)
         if dist.is_initialized():
             dist.barrier()
+
+
+def replace_folder(tmp: Path, dest: Path) -> None:
+    """`tmp` (complete) takes `dest`'s place: renames only, so `dest` is never half written."""
+    if dest.exists():
+        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+        dest.rename(old)
+        tmp.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(dest)
 
 
 def trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
