@@ -71,11 +71,6 @@ class GraphSpec:
         state = output.endswith("_out")
         return self.tolerances["state" if state else "values"]
 
-    @property
-    def rows(self) -> int:
-        """A target graph's width (tokens per call)."""
-        return next(t for t in self.inputs if t.name == "tokens").shape[0]
-
 
 def _f(name, *shape):
     return TensorSpec(name, "float32", tuple(shape))

@@ -29,7 +29,7 @@ from tokenizers import Tokenizer
 from hyflash.export.graphs import GraphSpec, cache_spec, graph_specs
 from hyflash.models.target import generate
 from hyflash.runtime_py.loop import Runtime
-from hyflash.runtime_py.manifest import VERIFY_ROWS, ArtifactError, load_manifest
+from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, ArtifactError, load_manifest
 
 
 @dataclasses.dataclass
@@ -146,7 +146,7 @@ def target_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> None
     for r in (rt, eager):
         r.cache.reset()
     calls = target_calls(rt.max_context, rt.chunk)
-    if {g for g, _, _ in calls} != {"target_prefill", "target_verify", "target_decode"}:
+    if {g for g, _, _ in calls} != set(TARGET_GRAPHS):
         raise AssertionError(f"target parity would leave a graph unchecked: {calls}")
     for graph, pos, n in calls:
         tokens = rng.integers(0, rt.vocab, n).tolist()
@@ -223,7 +223,7 @@ def target_agreement(rt: Runtime, expected: np.ndarray, tokens: list[int],
     """One text through the target graphs as the runtime runs them: the first quarter prefilled in
     chunks, then verify blocks (advancing 1..8 rows) and single decode steps, each writing its own
     cache rows. expected: fp32 eager argmax per position. -> graph: (agreeing, compared) rows."""
-    counts = {name: (0, 0) for name in ("target_prefill", "target_verify", "target_decode")}
+    counts = {name: (0, 0) for name in TARGET_GRAPHS}
     rt.cache.reset()
 
     def run(name: str, pos: int, n: int) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from hyflash.runtime_py.backends import Call, open_backend
 from hyflash.runtime_py.lookup import prompt_lookup
-from hyflash.runtime_py.manifest import VERIFY_ROWS, Contract, load_manifest
+from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, Contract, load_manifest
 from hyflash.runtime_py.sampling import Sampling, accept, choose
 from hyflash.runtime_py.state import DrafterContext, TargetCache
 
@@ -107,7 +107,7 @@ class Runtime:
             return {t["name"]: np.zeros(t["shape"], np.dtype(t["dtype"])) for t in c.graph(graph)[kind]}
 
         calls = {}
-        for g in ("target_prefill", "target_verify", "target_decode"):
+        for g in TARGET_GRAPHS:
             calls[g] = self._bind(g, arrays(g, "inputs"), arrays(g, "outputs"), self.cache)
         small = {**arrays("window_shift", "inputs"), **arrays("draft_read", "inputs")}  # features, n_valid, ...
         read_out = arrays("draft_read", "outputs")  # the drafts: both copies' reads land here
@@ -125,9 +125,7 @@ class Runtime:
         return self.contract.usable_context
 
     def context_bytes(self, committed: int) -> dict:
-        c = self.contract.cache
-        kv = 2 * c["layers"] * c["kv_heads"] * c["rows"] * c["head_dim"] * np.dtype(c["dtype"]).itemsize
-        return {**self.ctx.context_bytes(committed), "target_kv_allocated": kv}
+        return {**self.ctx.context_bytes(committed), "target_kv_allocated": self.manifest["memory"]["target_kv_bytes"]}
 
     def _run(self, graph: str, call: Call, stats: Stats | None) -> None:
         if stats is None:

@@ -24,7 +24,8 @@ from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
 
 def profile_prompt(runtime: Runtime, length: int, seed: int = 0) -> list[int]:
-    """`length` tokens of held-out text where the export has a tokenizer, else seeded random ids."""
+    """`length` tokens of held-out text where the export has a tokenizer, else seeded random ids.
+    Every context takes a prefix of the same text: ask once for the longest."""
     tok_path = runtime.folder / "tokenizer.json"
     if tok_path.is_file():
         tok = Tokenizer.from_file(str(tok_path))
@@ -61,8 +62,9 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
     if optimum and backend == "onnxruntime":
         baseline, status = OptimumBaseline.maybe(Path(runtime.manifest["target"]["path"]), threads)
     rows = []
+    text = profile_prompt(runtime, max(contexts))
     for c in tqdm(contexts, desc="profile", disable=not progress, file=sys.stderr, dynamic_ncols=True):
-        prompt = profile_prompt(runtime, c)
+        prompt = text[:c]
         row = {"context": c, **runtime.probe_prefill(prompt)}
         ms = graph_times(runtime, c, repeats)
         row["graph_ms"] = ms

@@ -53,10 +53,6 @@ class TargetCache:
     def reset(self) -> None:
         self.committed = 0  # rows are never read past `committed`, so nothing needs zeroing
 
-    @property
-    def nbytes(self) -> int:
-        return self.data.nbytes if self.data is not None else 0
-
 
 class DrafterContext:
     """The drafter's window and state, twice: `current` is read, `other` is written, then `flip`."""
@@ -64,8 +60,8 @@ class DrafterContext:
     def __init__(self, contract: Contract):
         specs = {t["name"]: t for g in contract.drafter_graphs for t in contract.graph(g)["inputs"]
                  if t["name"] in STATE_NAMES}
-        self.names = tuple(n for n in STATE_NAMES if n in specs)
-        self.copies = tuple({n: np.zeros(specs[n]["shape"], np.dtype(specs[n]["dtype"])) for n in self.names}
+        names = [n for n in STATE_NAMES if n in specs]
+        self.copies = tuple({n: np.zeros(specs[n]["shape"], np.dtype(specs[n]["dtype"])) for n in names}
                             for _ in range(2))
         self.index = 0
         self.window_rows = specs["win_pos"]["shape"][0]
