@@ -179,6 +179,7 @@ def cmd_demo(args) -> int:
 
 def cmd_bench(args) -> int:
     from hyflash.runtime_py.bench import BenchConfig, bench, format_results, plot
+    from hyflash.runtime_py.sampling import Sampling
 
     try:
         buckets = tuple(int(x) for x in args.buckets.split(","))
@@ -186,7 +187,8 @@ def cmd_bench(args) -> int:
         raise CliError(f"--buckets must be comma-separated integers, got {args.buckets!r}") from None
     cfg = BenchConfig(artifacts=tuple(args.artifacts), buckets=buckets, prompts_from=args.prompts_from,
                       prompts_per_bucket=args.prompts_per_bucket, max_new_tokens=args.max_new_tokens,
-                      threads=args.threads, backend=args.backend)
+                      threads=args.threads, backend=args.backend, seed=args.seed,
+                      sampling=Sampling(args.temperature, args.top_p))
     report = bench(cfg, progress=True)
     if args.plot:
         plot(report, args.plot)
@@ -273,19 +275,56 @@ def cmd_train_target(args) -> int:
 
 def cmd_train_drafter(args) -> int:
     from hyflash.models.drafter import DrafterConfig
-    from hyflash.models.loading import load_target, resolve
+    from hyflash.models.loading import load_target, resolve, weights_sha256
+    from hyflash.train.batches import open_rows
     from hyflash.train.drafter import train_drafter
     from hyflash.train.loop import is_writer
 
-    target = load_target(resolve(args.target, "target"))
+    folder = resolve(args.target, "target")
+    target = load_target(folder)
+    rows = open_rows(args.data, _tokenizer_for(folder, args), args.seq_len, weights_sha256(folder))
     window = "full" if args.window == "full" else int(args.window)
     sizes = {"intermediate_size": args.intermediate_size} if args.intermediate_size else {}
     cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
                                    markov_rank=args.markov_rank, confidence=not args.no_confidence,
                                    memory_history=args.memory_history, slot_attention=not args.no_slot_attention)
-    dest = train_drafter(target, cfg, args.corpus, args.tokenizer, _train_config(args), args.seq_len, args.anchors)
+    dest = train_drafter(target, cfg, rows, _train_config(args), args.anchors)
     if is_writer():
         print(f"wrote {dest}")
+    return 0
+
+
+def _tokenizer_for(target: Path, args) -> Path:
+    """--tokenizer, else the target's own tokenizer.json, else the data folder's."""
+    if args.tokenizer is not None:
+        return args.tokenizer
+    own = Path(target) / "tokenizer.json"
+    return own if own.is_file() else Path(args.data) / "tokenizer.json"
+
+
+def cmd_regenerate(args) -> int:
+    from hyflash.models.loading import load_target, resolve, weights_sha256
+    from hyflash.runtime_py.manifest import sha256
+    from hyflash.train.data import token_stream
+    from hyflash.train.regenerate import RegenConfig, regenerate
+
+    try:
+        lo, hi = (int(x) for x in args.prompt_len.split(".."))
+    except ValueError:
+        raise CliError(f"--prompt-len must be a..b (two integers), got {args.prompt_len!r}") from None
+    cfg = RegenConfig(tokens=args.tokens, greedy_share=args.greedy_share, temperature=args.temperature,
+                      prompt_len=(lo, hi), seq_len=args.seq_len, batch=args.batch, seed=args.seed)
+    folder = resolve(args.target, "target")
+    tokenizer = _tokenizer_for(folder, argparse.Namespace(tokenizer=args.tokenizer, data=args.prompts_from))
+    stream = token_stream(args.prompts_from, tokenizer, "train")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    source = {"target": str(folder), "target_sha256": weights_sha256(folder), "prompts_from": str(args.prompts_from),
+              "split": "train", "tokenizer_sha256": sha256(tokenizer)}
+    summary = regenerate(load_target(folder), stream, cfg, args.out, source)
+    print(json.dumps(summary))
     return 0
 
 
@@ -411,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_positive(), default=None)
     p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime",
                    help="every run, target-only included, on this backend")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (outputs cross-checked)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0, help="prompt lengths; sampled, prompt i uses seed + i")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of tau and speedup by context")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
@@ -473,10 +515,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval_target)
 
+    p = sub.add_parser("regenerate", help="the target writes its own continuations of training prompts")
+    p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")
+    p.add_argument("--prompts-from", type=Path, default=Path("data/corpus"), help="a corpus folder (its train split)")
+    p.add_argument("--tokenizer", type=Path, default=None, help="default: the target's tokenizer.json")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tokens", type=_positive(), default=1_000_000, help="response tokens to write, at least")
+    p.add_argument("--greedy-share", type=float, default=0.5, help="share of sequences decoded greedily")
+    p.add_argument("--temperature", type=float, default=1.0, help="for the sampled share")
+    p.add_argument("--prompt-len", default="64..384", help="prompt lengths a..b (one per batch)")
+    p.add_argument("--seq-len", type=_positive(), default=512, help="prompt + response tokens")
+    p.add_argument("--batch", type=_positive(), default=32, help="sequences decoded at once")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_positive(), default=None)
+    p.set_defaults(func=cmd_regenerate)
+
     p = sub.add_parser("train-drafter", help="distil a drafter from a frozen target")
     p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")
-    p.add_argument("--corpus", type=Path, default=Path("data/corpus"))
-    p.add_argument("--tokenizer", type=Path, default=Path("data/corpus/tokenizer.json"))
+    p.add_argument("--data", type=Path, default=Path("data/corpus"),
+                   help="a corpus folder (hyflash corpus) or a regenerated folder (hyflash regenerate)")
+    p.add_argument("--tokenizer", type=Path, default=None,
+                   help="for a corpus: default the target's tokenizer.json, else the corpus folder's")
     p.add_argument("--memory", choices=["mamba2", "gated_deltanet", "off"], default="mamba2")
     p.add_argument("--window", default="128", help="committed features attended to, or 'full'")
     p.add_argument("--layers", type=_positive(), default=2)
@@ -485,7 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-confidence", action="store_true")
     p.add_argument("--memory-history", type=_positive(), default=None, help="ablation: memory sees the last M only")
     p.add_argument("--no-slot-attention", action="store_true", help="ablation: no attention among draft slots")
-    p.add_argument("--seq-len", type=_positive(), default=512)
+    p.add_argument("--seq-len", type=_positive(), default=None,
+                   help="training window (default 512; a regenerated folder's own length)")
     p.add_argument("--anchors", type=_positive(), default=48, help="anchors sampled per sequence")
     _add_train_flags(p, steps=600, batch=4, lr=1e-3)
     p.set_defaults(func=cmd_train_drafter)

@@ -7,6 +7,7 @@ Weights are read with safetensors only (no pickle, nothing executes). On-disk na
 
 from __future__ import annotations
 
+import hashlib
 import json
 from importlib.resources import files
 from pathlib import Path
@@ -48,6 +49,13 @@ def weight_files(folder: Path) -> dict[str, Path]:
     if single.is_file():
         return {name: single for name in _keys(single)}
     raise FileNotFoundError(f"{folder}: no model.safetensors or model.safetensors.index.json")
+
+
+def weights_sha256(folder: Path) -> str:
+    """One sha256 for a checkpoint's weights: over its weight files' own sha256s, in name order."""
+    listing = "".join(f"{f.name}:{hashlib.sha256(f.read_bytes()).hexdigest()}\n"
+                      for f in sorted(set(weight_files(Path(folder)).values())))
+    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def _keys(path: Path) -> list[str]:

@@ -4,6 +4,9 @@ Each ARTIFACTS folder is one export of the same target with a different drafter.
 prompt, the runs are interleaved in one process (target-only, drafter A, drafter B, …,
 prompt-lookup) so that machine drift hits all of them alike; speedups are per-prompt ratios,
 then the median. Every greedy speculative output is also checked against target-only output.
+Sampled (`--temperature T > 0`): every run of a prompt uses that prompt's seed (seed + prompt
+index); the loop is lossless, so outputs differ from target-only only by the random stream, and
+the tables hold tau and speed of sampled decoding.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from tqdm import tqdm
 from hyflash.runtime_py.backends import BACKENDS
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
+from hyflash.runtime_py.sampling import Sampling
 from hyflash.train.data import is_heldout, stdlib_files, stdlib_root
+
 
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
@@ -29,8 +34,9 @@ class BenchConfig:
     prompts_per_bucket: int = 4
     max_new_tokens: int = 64
     threads: int | None = None
-    seed: int = 0
+    seed: int = 0  # prompt lengths; and, sampled, prompt i decodes with seed + i
     backend: str = "onnxruntime"  # or "executorch": every run (target-only included) on that backend
+    sampling: Sampling = Sampling()  # greedy by default
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -129,9 +135,10 @@ class OptimumBaseline:
         return (max_new - 1) / max(total - first, 1e-9), out[0, len(prompt):].tolist()
 
 
-def _run(runtime: Runtime, prompt: list[int], draft: str, max_new: int) -> Stats:
+def _run(runtime: Runtime, prompt: list[int], draft: str, max_new: int, sampling: Sampling, seed: int) -> Stats:
     stats = Stats()
-    for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new, draft=draft, ignore_eos=True), stats):
+    gen = GenerationConfig(max_new_tokens=max_new, draft=draft, ignore_eos=True, sampling=sampling, seed=seed)
+    for _ in runtime.generate(prompt, gen, stats):
         pass
     return stats
 
@@ -160,9 +167,12 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
         raise ValueError(f"two exports have the same drafter ({labels}); bench compares different drafters")
     runs = [("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
     runs.append(("prompt-lookup", first, "prompt-lookup"))
-    optimum, optimum_status = (OptimumBaseline.maybe(Path(first.manifest["target"]["path"]), cfg.threads)
-                               if cfg.backend == "onnxruntime" else (None, f"an onnxruntime baseline; this bench runs "
-                                                                          f"on {cfg.backend}"))
+    if cfg.backend != "onnxruntime":
+        optimum, optimum_status = None, f"an onnxruntime baseline; this bench runs on {cfg.backend}"
+    elif not cfg.sampling.greedy:
+        optimum, optimum_status = None, "a greedy baseline; this bench samples"
+    else:
+        optimum, optimum_status = OptimumBaseline.maybe(Path(first.manifest["target"]["path"]), cfg.threads)
     if progress and optimum_status != "ok":
         print(f"bench: the optimum-ort baseline is left out ({optimum_status})", file=sys.stderr)
     total = sum(len(p) for p in prompts.values()) * (len(runs) + (optimum is not None))
@@ -171,13 +181,13 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
     for (lo, hi), bucket_prompts in prompts.items():
         per = {label: [] for label, _, _ in runs}
         independent = []  # (tokens/s, same tokens as target-only) of the optimum baseline
-        for prompt in bucket_prompts:
+        for i, prompt in enumerate(bucket_prompts):
             baseline = None
             for label, rt, draft in runs:  # interleaved: every prompt runs all, in one order
-                stats = _run(rt, prompt, draft, cfg.max_new_tokens)
+                stats = _run(rt, prompt, draft, cfg.max_new_tokens, cfg.sampling, cfg.seed + i)
                 if baseline is None:
                     baseline = stats
-                elif stats.tokens != baseline.tokens:
+                elif cfg.sampling.greedy and stats.tokens != baseline.tokens:
                     raise AssertionError(f"{label}: speculative output differs from target-only output "
                                          f"(bucket {lo}-{hi}); this is a bug")
                 per[label].append(stats)
@@ -218,7 +228,8 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
     return {"results": results, "graph_ms": graph_ms,
             "target_kv_bytes": first.context_bytes(0)["target_kv_allocated"],
             "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens, "optimum_ort": optimum_status,
-            "backend": cfg.backend}
+            "backend": cfg.backend, "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
+            "seed": cfg.seed}
 
 
 def _label(manifest: dict) -> str:

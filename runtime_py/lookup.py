@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+MAX_NGRAM = 3
 
-def prompt_lookup(history: list[int], block: int, max_ngram: int = 3) -> np.ndarray:
-    """The `block` tokens that followed the latest earlier occurrence of the longest suffix n-gram
-    (n = max_ngram..1). history ends with the anchor. Without a match, repeats the anchor."""
+
+def lookup(history, block: int, max_ngram: int = MAX_NGRAM) -> tuple[np.ndarray, int]:
+    """(the `block` tokens that followed the latest earlier occurrence of the longest suffix n-gram,
+    n = max_ngram..1; n). history ends with the anchor. Without a match: the anchor repeated, n = 0."""
     seq = np.asarray(history, dtype=np.int64)
     for n in range(min(max_ngram, len(seq) - 1), 0, -1):
         tail = seq[-n:]
@@ -17,5 +19,10 @@ def prompt_lookup(history: list[int], block: int, max_ngram: int = 3) -> np.ndar
             start = hits[-1] + n
             follow = seq[start:start + block]
             if follow.size:
-                return np.concatenate([follow, np.full(block - follow.size, follow[-1], np.int64)])
-    return np.full(block, seq[-1], np.int64)
+                return np.concatenate([follow, np.full(block - follow.size, follow[-1], np.int64)]), n
+    return np.full(block, seq[-1], np.int64), 0
+
+
+def prompt_lookup(history, block: int, max_ngram: int = MAX_NGRAM) -> np.ndarray:
+    """The lookup block alone (see `lookup`)."""
+    return lookup(history, block, max_ngram)[0]

@@ -57,3 +57,21 @@ def test_bench_on_executorch(both_formats, tmp_path, capsys):
 def test_bench_refuses_bad_buckets(both_formats, capsys):
     assert main(["bench", str(both_formats), "--buckets", "64,32"]) == 2
     assert "--buckets" in capsys.readouterr().err
+
+
+def test_bench_samples_reproducibly(both_formats, tmp_path, capsys):
+    """--temperature 1.0: every run samples (sampled outputs differ from target-only's, so the greedy
+    cross-check must not apply; no greedy optimum baseline); the same seed gives the same figures."""
+    text = tmp_path / "prompts.txt"
+    text.write_text(" ".join(f"w{t}" for t in np.random.default_rng(2).integers(3, 96, 300)))
+    args = ["bench", str(both_formats), "--buckets", "8,24,40", "--prompts-from", str(text), "--prompts-per-bucket",
+            "2", "--max-new-tokens", "24", "--temperature", "1.0", "--top-p", "0.9", "--json"]
+    taus = []
+    for seed in ("5", "5"):
+        assert main(args + ["--seed", seed]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert (report["temperature"], report["top_p"]) == (1.0, 0.9)
+        assert report["optimum_ort"] == "a greedy baseline; this bench samples"
+        assert {r["drafter"] for r in report["results"]} == {"target-only", "random", "prompt-lookup"}
+        taus.append([(r["acceptance_length"], r.get("accepted_per_slot")) for r in report["results"]])
+    assert taus[0] == taus[1]

@@ -9,8 +9,9 @@ import torch
 
 from hyflash.models.config import TargetConfig
 from hyflash.models.loading import load_target, save_target
-from hyflash.models.target import Target, greedy
-from hyflash.train.copyprobe import CUE, PASSAGE, copy_rate, greedy_batch, induction_accuracy, probe_prompts
+from hyflash.models.target import Target, generate, greedy
+from hyflash.models.batched import decode_batch
+from hyflash.train.copyprobe import CUE, PASSAGE, copy_rate, induction_accuracy, probe_prompts
 from hyflash.train.repeats import (COPY_CURRICULUM, curriculum_batch, natural_repeat_row, random_repeat_row,
                                    stage_at)
 from hyflash.train.target import init_weights, reference_config
@@ -28,13 +29,17 @@ def tiny_target(seed: int = 0, vocab: int = VOCAB) -> tuple[Target, dict]:
     return model.eval(), raw
 
 
-def test_probe_greedy_equals_the_targets_greedy():
+def test_batched_decoding_equals_the_targets_own():
+    """Greedy rows equal `greedy`, row by row; a sampled row equals `generate` with the same generator."""
     model, _ = tiny_target()
     prompts = torch.from_numpy(np.random.default_rng(0).integers(0, VOCAB, size=(3, 40)))
-    got = greedy_batch(model, prompts, 12)
+    got = decode_batch(model, prompts, 12)
     for row, out in zip(prompts.tolist(), got.tolist()):
         assert out == greedy(model, row, 12, max_context=64)
     assert len({tuple(r) for r in got.tolist()}) > 1
+    sampled = decode_batch(model, prompts[:1], 12, torch.ones(1), torch.Generator().manual_seed(7))
+    assert sampled[0].tolist() == generate(model, prompts[0].tolist(), 12, 64, generator=torch.Generator().manual_seed(7))
+    assert sampled[0].tolist() != got[0].tolist()
 
 
 def test_probe_prompts_layout_and_determinism():

@@ -122,8 +122,8 @@ def cases(qwen3_dir, both_formats, broken, mismatched, tmp):
         "train-drafter missing target": (["train-drafter", "--target", str(tmp / "nope"), "--out", str(tmp / "r")],
                                          "not a folder"),
         "train-target negative steps": (["train-target", "--out", str(tmp / "r"), "--steps", "-5"], "positive"),
-        "train-drafter before corpus": (["train-drafter", "--target", str(qwen3_dir), "--corpus", str(tmp / "nocorpus"),
-                                         "--out", str(tmp / "r")], "make it with `hyflash corpus --out"),
+        "train-drafter before corpus": (["train-drafter", "--target", str(qwen3_dir), "--data", str(tmp / "nocorpus"),
+                                         "--out", str(tmp / "r")], "neither a corpus folder"),
         "train-target before corpus": (["train-target", "--corpus", str(tmp / "nocorpus"), "--out", str(tmp / "r")],
                                        "make it with `hyflash corpus --out"),
     }

@@ -56,7 +56,7 @@ def test_target_training_resumes_and_writes_a_loadable_checkpoint(corpus):
 
 def _drafter_args(corpus, out):
     data, run = corpus
-    return ["train-drafter", "--target", str(run / "model"), "--corpus", str(data), "--tokenizer",
+    return ["train-drafter", "--target", str(run / "model"), "--data", str(data), "--tokenizer",
             str(data / "tokenizer.json"), "--out", str(out), "--seq-len", "48", "--anchors", "6", "--batch", "4",
             "--steps", "3", "--warmup", "1", "--markov-rank", "8"]
 
@@ -110,3 +110,81 @@ def test_a_checkpoint_without_its_optimizer_state_resumes_at_its_step(tmp_path):
     step, log = load_checkpoint(fresh, opt, TrainConfig(out=tmp_path, steps=10, batch=1))
     assert step == 7 and log == [{"step": 7}] and not opt.state  # moments start afresh
     assert torch.allclose(fresh.weight, model.weight.to(torch.bfloat16).float())
+
+
+# ---------------------------------------------------------------- regenerated data (issue 14)
+
+def _regen_args(corpus, out, *extra):
+    data, run = corpus
+    return ["regenerate", "--target", str(run / "model"), "--prompts-from", str(data), "--out", str(out),
+            "--tokens", "150", "--batch", "3", "--seq-len", "40", "--prompt-len", "8..16", "--greedy-share", "0.5",
+            *extra]
+
+
+def test_regenerate_writes_the_targets_own_text_and_resumes_to_the_same_bytes(corpus, tmp_path, capsys):
+    from hyflash.models.loading import load_target
+    from hyflash.models.target import greedy
+    from hyflash.train.regenerate import load_regenerated
+
+    _, run = corpus
+    out = tmp_path / "regen"
+    assert main(_regen_args(corpus, out)) == 0
+    data = load_regenerated(out)
+    assert data.tokens.shape[1] == 40 and data.tokens.dtype.name == "int32"
+    assert data.summary()["response_tokens"] >= 150 and 0 < data.greedy.sum() < len(data.greedy)
+    assert ((8 <= data.prompt_len) & (data.prompt_len <= 16)).all()
+    target = load_target(run / "model")
+    for row, p, g in zip(data.tokens[:6], data.prompt_len, data.greedy):
+        expected = greedy(target, row[:p].tolist(), 40 - p, max_context=64)
+        assert (row[p:].tolist() == expected) == bool(g)  # greedy rows are the target's chain, sampled ones not
+    throughput = json.loads((out / "throughput.json").read_text())
+    assert throughput["batch"] == 3 and throughput["batched_tokens_per_s"] > 0 and throughput["single_tokens_per_s"] > 0
+    # resume: a lost shard is written again, identical; the others are kept as they are
+    shards = sorted(out.glob("shard-*.npz"))
+    kept, lost = shards[0].read_bytes(), shards[-1].read_bytes()
+    sums = json.loads((out / "checksums.json").read_text())
+    del sums[shards[-1].name]
+    (out / "checksums.json").write_text(json.dumps(sums))
+    shards[-1].unlink()
+    capsys.readouterr()
+    assert main(_regen_args(corpus, out)) == 0
+    assert shards[-1].read_bytes() == lost and shards[0].read_bytes() == kept
+    capsys.readouterr()
+    # other settings into the same folder: refused, nothing touched
+    assert main(_regen_args(corpus, out, "--temperature", "0.7")) == 2
+    err = capsys.readouterr().err
+    assert "other settings (temperature)" in err and err.count("\n") == 1
+    # a shard changed after it was written: refused by the reader
+    changed = bytearray(shards[0].read_bytes())
+    changed[len(changed) // 2] ^= 1
+    shards[0].write_bytes(bytes(changed))
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        load_regenerated(out)
+
+
+def test_anchors_fall_in_the_response():
+    from hyflash.train.drafter import draw_anchors
+
+    tokens = torch.arange(2 * 40).view(2, 40)
+    first = torch.tensor([1, 20])
+    a = draw_anchors(tokens, first, block=7, anchors=16)
+    assert a.shape == (2, min(16, 40 - 7 - 20))
+    assert (a[0] >= 1).all() and (a[1] >= 20).all() and (a <= 40 - 7 - 1).all()
+    assert len(set(a[1].tolist())) == a.shape[1]  # distinct
+    assert torch.equal(draw_anchors(tokens[1:], first[1:], 7, 16), a[1:])  # a row draws alike in any batch
+    with pytest.raises(ValueError, match="allows no anchor"):
+        draw_anchors(tokens, torch.tensor([1, 33]), 7, 16)
+
+
+def test_train_drafter_on_regenerated_text(corpus, tmp_path, capsys):
+    out = tmp_path / "regen"
+    assert main(_regen_args(corpus, out)) == 0
+    args = _drafter_args(corpus, tmp_path / "d")
+    i = args.index("--data")
+    args[i + 1] = str(out)
+    j = args.index("--seq-len")
+    del args[j:j + 2]  # the regenerated sequences' own length
+    assert main(args) == 0
+    assert (tmp_path / "d" / "model" / "model.safetensors").is_file()
+    assert main(args + ["--seq-len", "48"]) == 2
+    assert "differs from the regenerated sequences' 40" in capsys.readouterr().err

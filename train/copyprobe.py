@@ -6,49 +6,18 @@ token by token with the passage's tokens 24..87. The copy rate is the share that
 all probes. Probes are drawn from a seeded generator; the passages are the same at every filler
 length (only the filler changes), so filler lengths compare paired.
 
-Greedy decoding here is batched, with a plain KV cache over `Target`'s own layers; a test
-checks it against `hyflash.models.target.greedy`.
+Greedy decoding here is batched (`hyflash.models.batched.decode_batch`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from hyflash.models.batched import decode_batch
 from hyflash.models.target import Target
 
 PASSAGE, CUE, CONTINUATION = 256, 24, 64
-
-
-@torch.no_grad()
-def greedy_batch(model: Target, prompts: torch.Tensor, max_new: int) -> torch.Tensor:
-    """prompts: (B, P) int64, no padding -> (B, max_new) greedy tokens, a KV cache per layer."""
-    b, p = prompts.shape
-    cos, sin = model.rotary(torch.arange(p))
-    x = model.embed(prompts)  # (B, P, H)
-    ks, vs = [], []
-    for layer in model.layers:
-        q, k, v = layer.project(x, cos, sin)  # q (B, heads, P, hd); k, v (B, kvh, P, hd)
-        x = layer.finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
-        ks.append(k)
-        vs.append(v)
-    logits = model.lm_head(model.norm(x[:, -1]))  # (B, V)
-    out = []
-    for i in range(max_new):
-        token = logits.argmax(-1)  # (B,)
-        out.append(token)
-        if i + 1 == max_new:
-            break
-        cos, sin = model.rotary(torch.tensor([p + i]))
-        x = model.embed(token[:, None])  # (B, 1, H)
-        for j, layer in enumerate(model.layers):
-            q, k, v = layer.project(x, cos, sin)
-            ks[j] = torch.cat([ks[j], k], dim=2)  # (B, kvh, P+i+1, hd)
-            vs[j] = torch.cat([vs[j], v], dim=2)
-            x = layer.finish(x, F.scaled_dot_product_attention(q, ks[j], vs[j], enable_gqa=True))
-        logits = model.lm_head(model.norm(x[:, -1]))
-    return torch.stack(out, dim=1)
 
 
 def probe_prompts(stream: np.ndarray, filler: int, n: int, seed: int = 0, eos: int | None = 0
@@ -83,7 +52,7 @@ def copy_rate(model: Target, stream: np.ndarray, filler: int, n: int = 16, seed:
     prompts, targets = probe_prompts(stream, filler, n, seed, eos)
     hits = 0
     for i in range(0, n, batch):
-        got = greedy_batch(model, torch.from_numpy(prompts[i:i + batch]), CONTINUATION)
+        got = decode_batch(model, torch.from_numpy(prompts[i:i + batch]), CONTINUATION)
         hits += int((got == torch.from_numpy(targets[i:i + batch])).sum())
     return hits / (n * CONTINUATION)
 

@@ -1,7 +1,8 @@
 """`hyflash train-drafter`: distil a drafter from a frozen target (docs/design.md).
 
 For each training sequence the target runs once (no grad) and gives the features and its own
-next-token choices; anchors are sampled; slot k of anchor a learns the target's choice for
+next-token choices; anchors are sampled (from each row's first allowed anchor on: the response
+part of regenerated text, `train/batches.py`); slot k of anchor a learns the target's choice for
 position a+k with weight exp(-(k-1)/gamma). With the confidence head on, it learns whether the
 drafter's greedy chain is still right at slot k (binary cross-entropy).
 """
@@ -17,12 +18,29 @@ from torch import nn
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import save_drafter, target_info
 from hyflash.models.target import Target
-from hyflash.train.data import sample_windows, token_stream
+from hyflash.train.batches import Rows
 from hyflash.train.loop import TrainConfig, train, write_folder
 
 
+def draw_anchors(tokens: torch.Tensor, first_anchor: torch.Tensor, block: int, anchors: int) -> torch.Tensor:
+    """(B, A) anchor positions, A = min(anchors, the fewest any row allows): row b's from
+    [max(first_anchor[b], 1), T - block - 1], distinct, drawn from a generator seeded by the row's
+    tokens (so any split of a batch over ranks draws the same)."""
+    t = tokens.shape[1]
+    first = first_anchor.clamp(min=1)
+    if int(first.max()) > t - block - 1:
+        raise ValueError(f"a row allows no anchor: its first anchor {int(first.max())} is past {t - block - 1}")
+    count = min(anchors, t - block - int(first.max()))
+    weights = torch.arange(1, t + 1)
+    out = []
+    for row, lo in zip(tokens, first.tolist()):
+        gen = torch.Generator().manual_seed(int((row * weights).sum()) % 2**31)
+        out.append(torch.randperm(t - block - lo, generator=gen)[:count] + lo)
+    return torch.stack(out)
+
+
 class Distill(nn.Module):
-    """drafter + frozen target; forward(tokens (B, T)) -> (loss, metrics). DDP wraps this."""
+    """drafter + frozen target; forward(tokens (B, T), first_anchor (B,)) -> (loss, metrics). DDP wraps this."""
 
     def __init__(self, drafter: Drafter, target: Target, anchors: int, gamma: float = 4.0):
         super().__init__()
@@ -32,21 +50,16 @@ class Distill(nn.Module):
         k = torch.arange(drafter.cfg.block, dtype=torch.float32)
         self.register_buffer("slot_weight", torch.exp(-k / gamma) / torch.exp(-k / gamma).sum(), persistent=False)
 
-    def forward(self, tokens: torch.Tensor):
+    def forward(self, tokens: torch.Tensor, first_anchor: torch.Tensor):
+        """tokens (B, T); first_anchor (B,): row b's anchors are drawn from [first_anchor[b], T-block-1]."""
         target, block = self.target[0], self.drafter.cfg.block
         with torch.no_grad():
             logits, features = target(tokens)
         choice = logits.argmax(-1)  # (B, T): the target's token for position t+1
-        t = tokens.shape[1]
-        weights = torch.arange(1, t + 1)
-        anchors = []
-        for b in range(tokens.shape[0]):
-            # anchors depend on the sequence alone, so any split of a batch over ranks draws the same
-            gen = torch.Generator().manual_seed(int((tokens[b] * weights).sum()) % 2**31)
-            anchors.append(torch.randperm(t - block - 1, generator=gen)[:self.anchors] + 1)  # in [1, T-block-1]
-        memory = self.drafter.memory_inputs(features, torch.stack(anchors)) if self.drafter.cfg.memory != "off" else None
+        anchors = draw_anchors(tokens, first_anchor, block, self.anchors)  # (B, A)
+        memory = self.drafter.memory_inputs(features, anchors) if self.drafter.cfg.memory != "off" else None
         losses, confs, hits = [], [], []
-        for b, a in enumerate(anchors):
+        for b, a in enumerate(anchors):  # a: (A,)
             labels = choice[b][a[:, None] + torch.arange(block)]  # (A, 7): slot k <- choice at a+k-1
             prev = torch.cat([tokens[b][a][:, None], labels[:, :-1]], dim=1)
             out, conf = self.drafter.forward_train(features[b], tokens[b], a, prev,
@@ -65,16 +78,18 @@ class Distill(nn.Module):
         return loss, metrics
 
 
-def train_drafter(target: Target, drafter_cfg: DrafterConfig, corpus: Path, tokenizer: Path, cfg: TrainConfig,
-                  seq_len: int = 512, anchors: int = 48) -> Path:
+def train_drafter(target: Target, drafter_cfg: DrafterConfig, data, cfg: TrainConfig, anchors: int = 48) -> Path:
+    """`data`: rows to train on (`hyflash.train.batches.open_rows`: a corpus or regenerated folder)."""
     torch.manual_seed(cfg.seed)  # the same initial weights in every process and every rerun
     drafter = Drafter.for_target(target, drafter_cfg)
     with torch.no_grad():
         drafter.norm.weight.copy_(target.norm.weight)  # start from the target's final norm
     model = Distill(drafter, target, anchors)
-    stream = token_stream(corpus, tokenizer, "train")
 
-    train(model, lambda m, batch: m(torch.from_numpy(batch)), lambda rng, n: sample_windows(stream, n, seq_len, rng), cfg, f"drafter-{drafter_cfg.name}")
+    def loss(m, rows: Rows):
+        return m(torch.from_numpy(rows.tokens), torch.from_numpy(rows.first_anchor))
+
+    train(model, loss, data.sample, cfg, f"drafter-{drafter_cfg.name}")
     dest = cfg.out / "model"
     write_folder(dest, lambda tmp: save_drafter(drafter.eval(), tmp, target_info(target)))
     return dest
