@@ -497,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=_positive(), default=12)
     p.add_argument("--hidden", type=_positive(), default=256)
     p.add_argument("--init-from", default=None, help="continue from this target folder's weights, or 'reference'")
-    p.add_argument("--curriculum", choices=["copy"], default=None, help="mix in repeated-span rows (train/repeats.py)")
+    p.add_argument("--curriculum", choices=["copy", "copy2"], default=None, help="mix in repeated-span rows (train/repeats.py)")
     p.add_argument("--probe-every", type=_positive(), default=None,
                    help="every K steps log the copy rate and held-out loss (train/copytrain.py)")
     _add_train_flags(p, steps=900, batch=4, lr=2e-3)

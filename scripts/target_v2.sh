@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 14, item 1: the reference target, second generation (a target that copies from far back).
 # Continues the embedded target (--init-from reference) on the copy curriculum of train/repeats.py:
-# random-token repeats and natural stdlib text with a 64-512-token span re-inserted after a gap
-# (16-256 tokens at first, 256-1,800 from step 800 on), plus plain windows; plain LM loss on every
-# token. Every 100 steps the log gets the distant-repeat copy rate (8 probes, filler 256 and 1,536),
+# random-token repeats and natural stdlib text with a 64-512-token span re-inserted after a gap,
+# plus plain windows. Steps 1-525 ran curriculum `copy` (plain LM loss on every token); it showed no
+# copying at all by step 525, so the run continues on `copy2` (identical before step 525): more
+# repeats, short gaps again, the copies' loss weighted 3x and random rows' unpredictable tokens out
+# of the loss until step 1,600, then plain loss with long gaps. Every 100 steps the log gets the distant-repeat copy rate (8 probes, filler 256 and 1,536),
 # held-out loss on 4 windows and loss at 128-256 / 1,024-2,048.
 # lr: 1.5e-3 peak (3/4 of the original run's 2e-3, which this model trained stably at; induction
 # needs a decent lr, and the two failed fine-tunes at 3e-4 / 1e-3 ran only 200-300 steps), 100
@@ -33,7 +35,7 @@ if [ ! -d runs/target-v2/checkpoint ] && [ -f checkpoints/target-v2/state.json ]
 fi
 
 # the run (foreground here; launch as `nohup scripts/target_v2.sh >> runs/target-v2.log 2>&1 &`)
-OMP_NUM_THREADS=1 $H train-target --init-from reference --curriculum copy --probe-every 100 \
+OMP_NUM_THREADS=1 $H train-target --init-from reference --curriculum copy2 --probe-every 100 \
   --out runs/target-v2 --steps 2000 --batch 4 --seq-len 2048 --lr 1.5e-3 --warmup 100 \
   --checkpoint-every 25 --threads 1
 

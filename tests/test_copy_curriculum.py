@@ -12,7 +12,7 @@ from hyflash.models.loading import load_target, save_target
 from hyflash.models.target import Target, generate, greedy
 from hyflash.models.batched import decode_batch
 from hyflash.train.copyprobe import CUE, PASSAGE, copy_rate, induction_accuracy, probe_prompts
-from hyflash.train.repeats import (COPY_CURRICULUM, curriculum_batch, natural_repeat_row, random_repeat_row,
+from hyflash.train.repeats import (COPY2_CURRICULUM, COPY_CURRICULUM, curriculum_batch, natural_repeat_row, random_repeat_row,
                                    stage_at)
 from hyflash.train.target import init_weights, reference_config
 
@@ -84,10 +84,26 @@ def test_curriculum_batches_by_stage():
     assert stage_at(COPY_CURRICULUM, 0) is COPY_CURRICULUM[0]
     assert stage_at(COPY_CURRICULUM, 10**6) is COPY_CURRICULUM[-1]
     for step in (0, 500, 1000, 5000):
-        b = curriculum_batch(stream, 4096, 0, COPY_CURRICULUM, step, np.random.default_rng(step), 4, 2049)
-        assert b.shape == (4, 2049) and b.dtype == np.int64
-    small = curriculum_batch(stream, 4096, 0, COPY_CURRICULUM, 0, np.random.default_rng(0), 3, 65)
+        b, w = curriculum_batch(stream, 4096, 0, COPY_CURRICULUM, step, np.random.default_rng(step), 4, 2049)
+        assert b.shape == w.shape == (4, 2049) and b.dtype == np.int64 and (w == 1).all()
+    small, _ = curriculum_batch(stream, 4096, 0, COPY_CURRICULUM, 0, np.random.default_rng(0), 3, 65)
     assert small.shape == (3, 65)
+
+
+def test_copy2_weighs_the_copies_and_drops_unpredictable_tokens():
+    """copy2 draws what copy drew before step 525; after, a repeated copy's predictable tokens weigh 3 and a
+    random row's other tokens 0."""
+    stream = np.random.default_rng(0).integers(1, 4096, size=50_000).astype(np.uint16)
+    for step in (0, 400):
+        a = curriculum_batch(stream, 4096, 0, COPY_CURRICULUM, step, np.random.default_rng(step), 4, 2049)
+        b = curriculum_batch(stream, 4096, 0, COPY2_CURRICULUM, step, np.random.default_rng(step), 4, 2049)
+        assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
+    rows, w = curriculum_batch(stream, 4096, 0, COPY2_CURRICULUM, 600, np.random.default_rng(1), 32, 2049)
+    assert set(np.unique(w)) == {0.0, 1.0, 3.0}
+    for row, wr in zip(rows, w):
+        if (wr == 0).any():  # a random row: weight only on copies, which repeat earlier tokens
+            for j in np.flatnonzero(wr == 3.0)[:50]:
+                assert row[j] in row[:j - 1]
 
 
 @pytest.fixture(scope="module")

@@ -10,17 +10,35 @@ one line on stdout.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from hyflash.train.copyprobe import copy_rates, induction_accuracy
 from hyflash.train.data import sample_windows
 from hyflash.train.evaluate import loss_by_position
-from hyflash.train.loop import lm_loss
 from hyflash.train.repeats import CURRICULA, Stage, curriculum_batch, stage_at
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightedRows:
+    tokens: np.ndarray  # (n, T+1) int64
+    weights: np.ndarray  # (n, T+1) float32: weights[:, j] weighs the prediction of tokens[:, j]
+
+    def __getitem__(self, rows: slice) -> "WeightedRows":  # train() slices a batch by rank
+        return WeightedRows(self.tokens[rows], self.weights[rows])
+
+
+def weighted_lm_loss(model, batch: WeightedRows) -> torch.Tensor:
+    """Next-token cross-entropy weighted per token (all weights 1: `lm_loss`)."""
+    tokens, w = torch.from_numpy(batch.tokens), torch.from_numpy(batch.weights[:, 1:])
+    logits, _ = model(tokens[:, :-1])
+    ce = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    return (ce * w.flatten()).sum() / w.sum().clamp(min=1e-6)
 
 
 def checkpoint_step(out: Path) -> int:
@@ -38,19 +56,20 @@ class CopyCurriculum:
         self.probe_every, self.fillers, self.probe_n, self.windows = probe_every, probe_fillers, probe_n, probe_windows
         self.step = checkpoint_step(out)
 
-    def batch_fn(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """(n, seq_len + 1) int64 for the current step."""
+    def batch_fn(self, rng: np.random.Generator, n: int) -> "WeightedRows":
+        """n rows of seq_len + 1 tokens for the current step, with their loss weights."""
         if self.schedule is None:
-            return sample_windows(self.stream, n, self.length, rng)
-        return curriculum_batch(self.stream, self.vocab, self.eos, self.schedule, self.step, rng, n, self.length)
+            rows = sample_windows(self.stream, n, self.length, rng)
+            return WeightedRows(rows, np.ones(rows.shape, np.float32))
+        return WeightedRows(*curriculum_batch(self.stream, self.vocab, self.eos, self.schedule, self.step, rng, n,
+                                              self.length))
 
-    def loss_fn(self, model, batch: np.ndarray):
+    def loss_fn(self, model, batch: "WeightedRows"):
         extra = {}
         if self.probe_every and self.step > 0 and self.step % self.probe_every == 0:
             extra = self.probe(model)
         self.step += 1
-        loss, more = lm_loss(model, batch)
-        return loss, {**extra, **more}
+        return weighted_lm_loss(model, batch), extra
 
     @torch.no_grad()
     def probe(self, model) -> dict[str, float]:

@@ -72,6 +72,8 @@ class Stage:
     random_seg: tuple[int, int]
     random_gap: tuple[int, int]
     span: tuple[int, int] = (64, 512)
+    copy_weight: float = 1.0  # loss weight of the predictable tokens of a repeated copy
+    random_weight: float = 1.0  # loss weight of a random row's other tokens (unpredictable by construction)
 
 
 # Short gaps first, random-token induction early; then long natural repeats and more plain text.
@@ -81,7 +83,19 @@ COPY_CURRICULUM = (
     Stage(1400, (0.20, 0.45, 0.35), natural_gap=(256, 1800), random_seg=(32, 256), random_gap=(0, 1536)),
     Stage(10**9, (0.10, 0.45, 0.45), natural_gap=(256, 1800), random_seg=(32, 256), random_gap=(0, 1536)),
 )
-CURRICULA = {"copy": COPY_CURRICULUM}
+# copy2: the run that showed no copying at step 525 (copy rate 2%, second-copy loss = first-copy
+# loss even for an immediate repeat) continues with more repeats, short gaps again, the copies'
+# loss weighted 3x and the unpredictable random tokens out of the loss; steps < 525 as in copy.
+COPY2_CURRICULUM = (
+    COPY_CURRICULUM[0],
+    dataclasses.replace(COPY_CURRICULUM[1], until=525),
+    Stage(1100, (0.45, 0.45, 0.10), natural_gap=(0, 512), random_seg=(16, 128), random_gap=(0, 256),
+          copy_weight=3.0, random_weight=0.0),
+    Stage(1600, (0.30, 0.50, 0.20), natural_gap=(128, 1800), random_seg=(32, 256), random_gap=(0, 1536),
+          copy_weight=3.0, random_weight=0.0),
+    Stage(10**9, (0.10, 0.45, 0.45), natural_gap=(256, 1800), random_seg=(32, 256), random_gap=(0, 1536)),
+)
+CURRICULA = {"copy": COPY_CURRICULUM, "copy2": COPY2_CURRICULUM}
 
 
 def stage_at(schedule: tuple[Stage, ...], step: int) -> Stage:
@@ -98,17 +112,25 @@ def scaled(stage: Stage, length: int, full: int = 2049) -> Stage:
 
 
 def curriculum_batch(stream: np.ndarray, vocab: int, eos: int, schedule: tuple[Stage, ...], step: int,
-                     rng: np.random.Generator, n: int, length: int) -> np.ndarray:
-    """(n, length) int64: each row's kind drawn with the stage's shares."""
+                     rng: np.random.Generator, n: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n, length) int64 rows, each row's kind drawn with the stage's shares, and (n, length) float32
+    loss weights of the tokens (the weight of predicting token j sits at [:, j])."""
     stage = scaled(stage_at(schedule, step), length)
     kinds = rng.choice(3, size=n, p=np.asarray(stage.shares) / sum(stage.shares))
-    rows = []
+    rows, weights = [], []
     for kind in kinds:
+        w = np.ones(length, np.float32)
         if kind == 0:
-            rows.append(random_repeat_row(rng, length, vocab, eos, stage.random_seg, stage.random_gap)[0])
+            row, repeats = random_repeat_row(rng, length, vocab, eos, stage.random_seg, stage.random_gap)
+            w[:] = stage.random_weight
         elif kind == 1:
-            rows.append(natural_repeat_row(stream, rng, length, stage.span, stage.natural_gap)[0])
+            row, repeat = natural_repeat_row(stream, rng, length, stage.span, stage.natural_gap)
+            repeats = [repeat]
         else:
             start = int(rng.integers(0, len(stream) - length))
-            rows.append(stream[start:start + length].astype(np.int64))
-    return np.stack(rows)
+            row, repeats = stream[start:start + length].astype(np.int64), []
+        for r in repeats:  # the copy's first token is not predictable from what precedes it
+            w[r.dst + 1:r.dst + r.length] = stage.copy_weight
+        rows.append(row)
+        weights.append(w)
+    return np.stack(rows), np.stack(weights)
