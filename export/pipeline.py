@@ -75,6 +75,14 @@ def load_models(target_dir: Path, drafter_src: str, window: int | None, seed: in
     return target, load_drafter(folder, target, {"window": window} if window else None)
 
 
+def _hybrid(drafter: str) -> dict:
+    """The drafter folder's hybrid-drafting calibration (`hyflash calibrate`), if it has one."""
+    if drafter == "random":
+        return {}
+    path = resolve(drafter, "drafter") / "hybrid.json"
+    return {"hybrid": json.loads(path.read_text())} if path.is_file() else {}
+
+
 def export(cfg: ExportConfig, progress: bool = True) -> dict:
     """Run the export; returns the manifest. Raises before writing anything on bad input."""
     out = Path(cfg.out)
@@ -172,7 +180,7 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "target": {**target_record(target_dir), "config": json.loads((target_dir / "config.json").read_text()),
                    "taps": list(target.taps)},
         "drafter": {"name": "random" if cfg.drafter == "random" else d.name, "source": str(cfg.drafter),
-                    "config": d.to_dict()},
+                    "config": d.to_dict(), **_hybrid(cfg.drafter)},
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
         "prefill_chunk": cfg.prefill_chunk, "cache": cache_spec(target, max_context),
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,

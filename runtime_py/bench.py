@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from hyflash.models.hybrid import reliability
 from hyflash.runtime_py.backends import BACKENDS
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
@@ -167,6 +168,8 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
         raise ValueError(f"two exports have the same drafter ({labels}); bench compares different drafters")
     runs = [("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
     runs.append(("prompt-lookup", first, "prompt-lookup"))
+    calibrated = [(lab, rt) for lab, rt in zip(labels, runtimes) if rt.hybrid is not None and rt.confidence() is not None]
+    runs += [("hybrid" if len(calibrated) == 1 else f"hybrid-{lab}", rt, "hybrid") for lab, rt in calibrated]
     if cfg.backend != "onnxruntime":
         optimum, optimum_status = None, f"an onnxruntime baseline; this bench runs on {cfg.backend}"
     elif not cfg.sampling.greedy:
@@ -222,6 +225,11 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
                 graph_ms[label] = ms
             if draft == "model":
                 row["drafter_context_bytes"] = st[-1].drafter_context_bytes
+                expected = [e for s in st for e in s.expected_accepted]
+                if expected:  # the confidence head on these held-out rounds
+                    row["calibration"] = reliability(expected, [k for s in st for k in s.realised_accepted])
+            if draft == "hybrid":
+                row["lookup_share"] = sum(s.lookup_rounds for s in st) / max(1, sum(s.rounds for s in st))
             results.append(row)
         results.extend(extra)
     bar.close()

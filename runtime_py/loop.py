@@ -19,12 +19,13 @@ from typing import Iterator
 import numpy as np
 
 from hyflash.runtime_py.backends import Call, open_backend
-from hyflash.runtime_py.lookup import prompt_lookup
+from hyflash.models.hybrid import choose_lookup
+from hyflash.models.lookup import lookup
 from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, Contract, load_manifest
 from hyflash.runtime_py.sampling import Sampling, accept, choose
 from hyflash.runtime_py.state import DrafterContext, TargetCache
 
-DRAFTS = ("model", "prompt-lookup", "none")
+DRAFTS = ("model", "prompt-lookup", "hybrid", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +34,8 @@ class GenerationConfig:
     sampling: Sampling = Sampling()
     seed: int = 0
     ignore_eos: bool = False
-    draft: str = "model"  # "model" | "prompt-lookup" | "none" (target-only through target_decode)
+    draft: str = "model"  # "model" | "prompt-lookup" | "hybrid" (the better of the two each round, docs/design.md)
+    #                       | "none" (target-only through target_decode)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -54,6 +56,9 @@ class Stats:
     decode_s: float = 0.0
     stop_reason: str = ""
     drafter_context_bytes: dict = dataclasses.field(default_factory=dict)
+    lookup_rounds: int = 0  # hybrid: rounds that verified prompt-lookup's block
+    expected_accepted: list[float] = dataclasses.field(default_factory=list)  # per round, when the drafter has
+    realised_accepted: list[int] = dataclasses.field(default_factory=list)    # a confidence head: its calibration
     phase: str = "prefill"  # graph times are keyed "prefill/<graph>" during prefill, "<graph>" after
 
     @property
@@ -72,7 +77,7 @@ class Stats:
                 "tokens_per_s": self.tokens_per_s, "prefill_s": self.prefill_s, "decode_s": self.decode_s,
                 "graph_ms": {g: self.graph_ms[g] / self.graph_calls[g] for g in self.graph_ms},
                 "graph_calls": dict(self.graph_calls), "stop_reason": self.stop_reason,
-                "drafter_context_bytes": self.drafter_context_bytes}
+                "drafter_context_bytes": self.drafter_context_bytes, "lookup_rounds": self.lookup_rounds}
 
 
 class Runtime:
@@ -87,6 +92,7 @@ class Runtime:
         eos = self.manifest["target"]["config"].get("eos_token_id")
         self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         self.has_memory = c.has_memory
+        self.hybrid = self.manifest["drafter"].get("hybrid")  # hybrid drafting's calibration, if any
         self.cache = TargetCache(c, host=self.backend.host_cache)
         self.ctx = DrafterContext(c)
         self.calls = self._bind_all()
@@ -158,6 +164,16 @@ class Runtime:
         self._run("draft_read", call, stats)
         return call.outputs["draft_tokens"]
 
+    def confidence(self) -> np.ndarray | None:
+        """The last draft_read's per-slot confidences (7,), if the drafter has the head."""
+        return self.calls["draft_read", self.ctx.index].outputs.get("confidence")
+
+    def check_draft(self, draft: str) -> None:
+        if draft == "hybrid" and (self.hybrid is None or self.confidence() is None):
+            why = ("its drafter has no confidence head" if self.confidence() is None else
+                   "its drafter has no hybrid calibration: run `hyflash calibrate` on the drafter folder, then export again")
+            raise ValueError(f"{self.folder}: --draft hybrid needs a calibrated drafter; {why}")
+
     def commit(self, feats: np.ndarray, pos: int, n: int, stats: Stats | None = None) -> None:
         """Fold committed rows (the first n <= 8 of feats) at positions pos.. into the drafter's memory
         and window: the graphs read the current context copy and write the other, which becomes current."""
@@ -206,6 +222,7 @@ class Runtime:
         A runtime holds one conversation's buffers: a second generation while one is under way (from
         another thread, or an unfinished generator) is refused; give each thread its own Runtime."""
         self.check_prompt(prompt)
+        self.check_draft(cfg.draft)
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("this Runtime is already generating (in another thread, or an unfinished "
                                "generate()); give each concurrent generation its own Runtime")
@@ -218,7 +235,7 @@ class Runtime:
         stats = stats if stats is not None else Stats()
         stats.prompt_tokens = len(prompt)
         rng = np.random.default_rng(cfg.seed)
-        use_drafter = cfg.draft == "model"
+        use_drafter = cfg.draft in ("model", "hybrid")
         t0 = time.perf_counter()
         logits = self.prefill(prompt, use_drafter, stats)  # 1. prefill
         stats.prefill_s = time.perf_counter() - t0
@@ -242,9 +259,15 @@ class Runtime:
                 pos += 1
                 new = [anchor]
                 continue
-            # 2. draft d_1..d_7 for positions pos+1..pos+7
-            drafts = (self.draft(anchor, pos, stats) if use_drafter
-                      else prompt_lookup(prompt + stats.tokens, self.block))
+            # 2. draft d_1..d_7 for positions pos+1..pos+7 (hybrid: the block expected to go further)
+            drafts = self.draft(anchor, pos, stats) if use_drafter else None
+            conf = self.confidence() if use_drafter else None
+            expected = float(conf.sum()) if conf is not None else None  # the head's expected accepted drafts
+            if cfg.draft != "model":
+                block, match = lookup(prompt + stats.tokens, self.block)
+                if drafts is None or choose_lookup(self.hybrid, expected, match):
+                    drafts, expected = block, None
+                    stats.lookup_rounds += cfg.draft == "hybrid"
             # 3. verify [anchor, d_1..d_7] at pos..pos+7 (all 8 K/V rows written; rejected ones go stale)
             logits, feats = self.run_target("target_verify", [anchor, *drafts.tolist()], pos, stats)
             # 4. accept the longest agreeing prefix, plus the target's bonus token
@@ -253,6 +276,9 @@ class Runtime:
             stats.accepted_per_slot += [0] * (self.block - len(stats.accepted_per_slot))
             for i in range(k):
                 stats.accepted_per_slot[i] += 1
+            if expected is not None:  # the drafter's block was verified: how its confidence fared
+                stats.expected_accepted.append(expected)
+                stats.realised_accepted.append(k)
             # 5. commit rows 0..k (anchor and accepted drafts): the cache's text and the drafter's context
             self.cache.commit(pos, k + 1)
             if use_drafter:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -188,3 +189,64 @@ def test_train_drafter_on_regenerated_text(corpus, tmp_path, capsys):
     assert (tmp_path / "d" / "model" / "model.safetensors").is_file()
     assert main(args + ["--seq-len", "48"]) == 2
     assert "differs from the regenerated sequences' 40" in capsys.readouterr().err
+
+
+def test_hybrid_from_calibration_to_the_loop(corpus, tmp_path, capsys):
+    """regenerate -> train-drafter -> calibrate (hybrid.json in the drafter folder) -> export (manifest
+    drafter.hybrid) -> generate --draft hybrid: the target's greedy output, token for token; an export
+    without calibration refuses --draft hybrid in one line."""
+    from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+
+    _, run = corpus
+    regen = tmp_path / "regen"
+    assert main(_regen_args(corpus, regen, "--greedy-share", "1.0")) == 0
+    args = _drafter_args(corpus, tmp_path / "d")
+    args[args.index("--data") + 1] = str(regen)
+    j = args.index("--seq-len")
+    del args[j:j + 2]
+    assert main(args) == 0
+    drafter = tmp_path / "d" / "model"
+    png = tmp_path / "rel.png"
+    capsys.readouterr()
+    assert main(["calibrate", "--drafter", str(drafter), "--target", str(run / "model"), "--data", str(regen),
+                 "--plot", str(png), "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)
+    assert cal["rounds"] > 0 and png.stat().st_size > 10_000
+    assert json.loads((drafter / "hybrid.json").read_text())["lookup"] == cal["lookup"]
+    m = cal["mean_accepted"]
+    assert m["hybrid"] <= m["better_of_two"] and m["better_of_two"] >= max(m["drafter"], m["lookup"])
+    out = tmp_path / "exp"
+    assert main(["export", "--target", str(run / "model"), "--drafter", str(drafter), "--out", str(out),
+                 "--format", "onnx", "--max-context", "96", "--prefill-chunk", "16"]) == 0
+    rt = Runtime(out)
+    assert rt.hybrid["lookup"] == cal["lookup"]
+    prompt = [int(t) for t in np.load(next(regen.glob("shard-*.npz")))["tokens"][0, :30]]
+
+    def gen(draft):
+        stats = Stats()
+        for _ in rt.generate(prompt, GenerationConfig(max_new_tokens=40, draft=draft, ignore_eos=True), stats):
+            pass
+        return stats
+    base, hybrid = gen("none"), gen("hybrid")
+    assert hybrid.tokens == base.tokens
+    assert 0 <= hybrid.lookup_rounds <= hybrid.rounds
+    model = gen("model")
+    assert len(model.expected_accepted) == model.rounds and model.tokens == base.tokens
+    # bench: a hybrid row beside its parents; the drafter's row carries its held-out calibration
+    data, _ = corpus
+    capsys.readouterr()
+    assert main(["bench", str(out), "--buckets", "16,40", "--prompts-from", str(data / "heldout.txt"),
+                 "--prompts-per-bucket", "2", "--max-new-tokens", "16", "--json"]) == 0
+    rows = {r["drafter"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert {"hybrid", "prompt-lookup", "target-only"} <= set(rows) and 0 <= rows["hybrid"]["lookup_share"] <= 1
+    drafter_row = next(r for name, r in rows.items() if "calibration" in r)
+    assert sum(b["rounds"] for b in drafter_row["calibration"]) > 0
+    # an export of the same drafter without its calibration
+    (drafter / "hybrid.json").unlink()
+    bare = tmp_path / "bare"
+    assert main(["export", "--target", str(run / "model"), "--drafter", str(drafter), "--out", str(bare),
+                 "--format", "onnx", "--max-context", "96", "--prefill-chunk", "16"]) == 0
+    capsys.readouterr()
+    assert main(["generate", str(bare), "--prompt-ids", "1,2,3", "--draft", "hybrid"]) == 2
+    err = capsys.readouterr().err
+    assert "no hybrid calibration: run `hyflash calibrate`" in err and err.count("\n") == 1

@@ -50,20 +50,27 @@ class Distill(nn.Module):
         k = torch.arange(drafter.cfg.block, dtype=torch.float32)
         self.register_buffer("slot_weight", torch.exp(-k / gamma) / torch.exp(-k / gamma).sum(), persistent=False)
 
-    def forward(self, tokens: torch.Tensor, first_anchor: torch.Tensor):
-        """tokens (B, T); first_anchor (B,): row b's anchors are drawn from [first_anchor[b], T-block-1]."""
+    def predict(self, tokens: torch.Tensor, first_anchor: torch.Tensor):
+        """tokens (B, T); first_anchor (B,): row b's anchors are drawn from [first_anchor[b], T-block-1].
+        Yields per row: anchors (A,), labels (A, 7) (the target's choices for positions a+1..a+7),
+        the drafter's logits (A, 7, V) and confidence (A, 7) or None, slots fed the labels before them
+        (while its chain is right, exactly what the runtime's draft sees)."""
         target, block = self.target[0], self.drafter.cfg.block
         with torch.no_grad():
             logits, features = target(tokens)
         choice = logits.argmax(-1)  # (B, T): the target's token for position t+1
         anchors = draw_anchors(tokens, first_anchor, block, self.anchors)  # (B, A)
         memory = self.drafter.memory_inputs(features, anchors) if self.drafter.cfg.memory != "off" else None
-        losses, confs, hits = [], [], []
         for b, a in enumerate(anchors):  # a: (A,)
             labels = choice[b][a[:, None] + torch.arange(block)]  # (A, 7): slot k <- choice at a+k-1
             prev = torch.cat([tokens[b][a][:, None], labels[:, :-1]], dim=1)
             out, conf = self.drafter.forward_train(features[b], tokens[b], a, prev,
                                                    memory[b] if memory is not None else None)
+            yield a, labels, out, conf
+
+    def forward(self, tokens: torch.Tensor, first_anchor: torch.Tensor):
+        losses, confs, hits = [], [], []
+        for _, labels, out, conf in self.predict(tokens, first_anchor):
             ce = F.cross_entropy(out.flatten(0, 1), labels.flatten(), reduction="none").view_as(labels)
             losses.append((ce * self.slot_weight).sum(-1).mean())
             correct = (out.argmax(-1) == labels).float().cumprod(-1)  # greedy chain still right at slot k

@@ -1,0 +1,71 @@
+"""Hybrid drafting's rule: each round, verify the block with the larger expected accepted length.
+
+The drafter's block comes with its confidence head's per-slot probabilities c_k (P(the chain is
+still right at slot k)), so sum_k c_k is its own expected number of accepted drafts; prompt-lookup's
+block comes with the length n of the n-gram it matched. Both expectations are read from a
+calibration measured on training data (`hyflash calibrate`, train/calibrate.py):
+
+- lookup: the mean accepted drafts of lookup blocks with match length n (n = 0..MAX_NGRAM);
+- drafter: the realised mean accepted drafts in bins of sum_k c_k (a reliability table; a bin
+  with fewer than `min_rounds` rounds keeps the head's own figure).
+
+numpy only: the runtime applies it every round.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hyflash.models.lookup import MAX_NGRAM
+
+BIN_EDGES = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0)
+MIN_ROUNDS = 20
+
+
+def calibration(rounds: dict[str, np.ndarray]) -> dict:
+    """The rule's constants from measured rounds: arrays `expected` (sum of confidences), `drafter`
+    (its realised accepted drafts), `match` (lookup's n) and `lookup` (its realised accepted drafts)."""
+    table = []
+    for n in range(MAX_NGRAM + 1):
+        hit = rounds["match"] == n
+        table.append({"match": n, "rounds": int(hit.sum()),
+                      "mean_accepted": float(rounds["lookup"][hit].mean()) if hit.any() else 0.0})
+    bins = reliability(rounds["expected"], rounds["drafter"])
+    return {"lookup": table, "drafter_bins": bins, "min_rounds": MIN_ROUNDS, "rounds": int(len(rounds["match"])),
+            "mean_accepted": {"drafter": float(rounds["drafter"].mean()), "lookup": float(rounds["lookup"].mean()),
+                              "better_of_two": float(np.maximum(rounds["drafter"], rounds["lookup"]).mean())}}
+
+
+def reliability(expected, realised) -> list[dict]:
+    """Rounds binned by the head's expected accepted drafts: mean expected and realised per bin."""
+    expected, realised = np.asarray(expected, np.float64), np.asarray(realised, np.float64)
+    bins = []
+    for lo, hi in zip(BIN_EDGES, BIN_EDGES[1:]):
+        inside = (expected >= lo) & ((expected < hi) | (hi == BIN_EDGES[-1]))
+        bins.append({"from": lo, "to": hi, "rounds": int(inside.sum()),
+                     "predicted": float(expected[inside].mean()) if inside.any() else None,
+                     "realised": float(realised[inside].mean()) if inside.any() else None})
+    return bins
+
+
+def choose_lookup(cal: dict, expected: float, match: int) -> bool:
+    """The hybrid rule: verify lookup's block when its expected accepted drafts exceed the drafter's."""
+    return lookup_expected(cal, match) > drafter_expected(cal, expected)
+
+
+def lookup_expected(cal: dict, match: int) -> float:
+    return cal["lookup"][match]["mean_accepted"]
+
+
+def drafter_expected(cal: dict, expected: float) -> float:
+    """The realised mean of the bin `expected` falls in (the head's own figure in a thin bin)."""
+    for b in cal["drafter_bins"]:
+        if b["from"] <= expected < b["to"] or (expected >= b["to"] == BIN_EDGES[-1]):
+            return b["realised"] if b["rounds"] >= cal["min_rounds"] else expected
+    return expected
+
+
+def hybrid_rounds(cal: dict, rounds: dict[str, np.ndarray]) -> np.ndarray:
+    """Accepted drafts per round under the hybrid rule (for the report; the runtime applies the same rule)."""
+    pick = np.asarray([choose_lookup(cal, e, int(m)) for e, m in zip(rounds["expected"], rounds["match"])])
+    return np.where(pick, rounds["lookup"], rounds["drafter"])

@@ -1,0 +1,53 @@
+"""Hybrid drafting's rule (issue 14): constants from measured rounds, the larger expectation wins."""
+
+import numpy as np
+
+from hyflash.models.hybrid import BIN_EDGES, calibration, choose_lookup, drafter_expected, hybrid_rounds, reliability
+from hyflash.models.lookup import lookup
+
+
+def rounds(n=400, seed=0):
+    """A drafter whose head says 2x what it realises, and a lookup that is right for n = 3 only."""
+    rng = np.random.default_rng(seed)
+    expected = rng.uniform(0, 7, n)
+    match = rng.integers(0, 4, n)
+    return {"expected": expected, "drafter": np.floor(expected / 2), "match": match.astype(float),
+            "lookup": np.where(match == 3, 6.0, 0.0)}
+
+
+def test_calibration_tables_hold_what_was_measured():
+    r = rounds()
+    cal = calibration(r)
+    assert [row["match"] for row in cal["lookup"]] == [0, 1, 2, 3]
+    assert cal["lookup"][3]["mean_accepted"] == 6.0 and cal["lookup"][1]["mean_accepted"] == 0.0
+    assert sum(row["rounds"] for row in cal["lookup"]) == 400 == sum(b["rounds"] for b in cal["drafter_bins"])
+    for b in cal["drafter_bins"]:  # the head is overconfident by 2x: realised ~ predicted / 2
+        if b["rounds"]:
+            assert b["from"] <= b["predicted"] <= b["to"] and b["predicted"] / 2 - 1 <= b["realised"] <= b["predicted"] / 2
+    assert cal["mean_accepted"]["better_of_two"] >= max(cal["mean_accepted"]["drafter"], cal["mean_accepted"]["lookup"])
+
+
+def test_rule_uses_the_realised_means_not_the_heads_word():
+    cal = calibration(rounds())
+    # the head says 6.5 (realised ~3): a 3-gram lookup match (realised 6) wins, a 1-gram one (0) does not
+    assert choose_lookup(cal, 6.5, 3) and not choose_lookup(cal, 6.5, 1)
+    assert drafter_expected(cal, 6.5) < 4
+    # a thin bin keeps the head's own figure
+    thin = {**cal, "drafter_bins": [{**b, "rounds": 1} for b in cal["drafter_bins"]]}
+    assert drafter_expected(thin, 6.5) == 6.5
+    r = rounds(seed=1)
+    assert hybrid_rounds(cal, r).mean() > max(r["drafter"].mean(), r["lookup"].mean())
+
+
+def test_reliability_bins_cover_every_round():
+    e = np.linspace(0, 7, 50)
+    bins = reliability(e, e)
+    assert len(bins) == len(BIN_EDGES) - 1 and sum(b["rounds"] for b in bins) == 50
+    assert all(b["predicted"] == b["realised"] for b in bins if b["rounds"])
+
+
+def test_lookup_reports_its_match_length():
+    block, n = lookup([5, 6, 7, 8, 9, 5, 6, 7], 4)
+    assert n == 3 and block.tolist() == [8, 9, 5, 6]
+    block, n = lookup([1, 2, 3, 4], 3)
+    assert n == 0 and block.tolist() == [4, 4, 4]

@@ -1,0 +1,83 @@
+"""`hyflash calibrate`: measure hybrid drafting's constants (`hyflash.models.hybrid`) on training data.
+
+Every anchor of a greedy regenerated row (`hyflash regenerate`) is a round: the tokens after it
+are the target's own greedy chain, so a block's accepted length is its agreement with them. Per
+round: the drafter's expected accepted drafts (sum of its slot confidences) and realised ones, and
+lookup's match length and realised accepted drafts. The constants go into the drafter folder as
+`hybrid.json`; `hyflash export` carries them into the manifest (`drafter.hybrid`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hyflash.models.drafter import Drafter
+from hyflash.models.lookup import lookup
+from hyflash.models.target import Target
+from hyflash.train.drafter import Distill
+
+def accepted(block: np.ndarray, chain: np.ndarray) -> int:
+    """Leading drafts of `block` equal to the target's greedy chain: what a verify round accepts."""
+    neq = np.flatnonzero(block != chain)
+    return int(neq[0]) if neq.size else len(block)
+
+
+@torch.no_grad()
+def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, first_anchor: np.ndarray,
+                   anchors: int = 48, batch: int = 4) -> dict[str, np.ndarray]:
+    """Every anchor of every row as a round: the drafter's expected and realised accepted drafts,
+    lookup's match length and realised accepted drafts. Rows must be greedy (labels = next tokens)."""
+    if not drafter.cfg.confidence:
+        raise ValueError("this drafter has no confidence head (trained with --no-confidence); hybrid drafting "
+                         "needs its per-slot probabilities")
+    model = Distill(drafter.eval(), target.eval(), anchors)
+    out = {"expected": [], "drafter": [], "match": [], "lookup": []}
+    for i in range(0, len(tokens), batch):
+        rows = torch.from_numpy(tokens[i:i + batch].astype(np.int64))
+        first = torch.from_numpy(first_anchor[i:i + batch].astype(np.int64))
+        for row, (a, labels, logits, conf) in zip(rows.numpy(), model.predict(rows, first)):
+            chain_ok = (logits.argmax(-1) == labels).int().cumprod(-1)  # (A, 7)
+            out["expected"] += conf.sum(-1).tolist()
+            out["drafter"] += chain_ok.sum(-1).tolist()
+            for anchor, chain in zip(a.tolist(), labels.numpy()):
+                block, n = lookup(row[:anchor + 1], drafter.cfg.block)
+                out["match"].append(n)
+                out["lookup"].append(accepted(block, chain))
+    return {k: np.asarray(v, np.float64) for k, v in out.items()}
+
+
+def write(cal: dict, drafter_dir: Path) -> Path:
+    path = Path(drafter_dir) / "hybrid.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cal, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def plot_reliability(cal: dict, path: Path, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bins = [b for b in cal["drafter_bins"] if b["rounds"]]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.plot([0, 7], [0, 7], color="gray", lw=0.8, label="calibrated")
+    ax1.plot([b["predicted"] for b in bins], [b["realised"] for b in bins], marker="o", label="drafter")
+    for b in bins:
+        ax1.annotate(str(b["rounds"]), (b["predicted"], b["realised"]), fontsize=7, xytext=(3, -8),
+                     textcoords="offset points")
+    ax1.set(title="confidence head: expected vs realised accepted drafts", xlabel="sum of slot confidences",
+            ylabel="realised accepted drafts (mean)")
+    ax1.legend()
+    rows = [r for r in cal["lookup"] if r["rounds"]]
+    ax2.bar([str(r["match"]) for r in rows], [r["mean_accepted"] for r in rows])
+    ax2.set(title="prompt-lookup: accepted drafts by match length", xlabel="n-gram matched", ylabel="mean accepted")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
