@@ -164,8 +164,10 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
         raise ValueError(f"no bucket fits the usable context ({first.usable_context} tokens) with "
                          f"--max-new-tokens {cfg.max_new_tokens}")
     labels = [_label(rt.manifest) for rt in runtimes]
+    if len(set(labels)) < len(labels):  # drafters of one kind (an ablation): named by their export folders
+        labels = [rt.folder.name for rt in runtimes]
     if len(set(labels)) < len(labels):
-        raise ValueError(f"two exports have the same drafter ({labels}); bench compares different drafters")
+        raise ValueError(f"two exports have the same drafter and folder name ({labels}); bench needs them apart")
     runs = [("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
     runs.append(("prompt-lookup", first, "prompt-lookup"))
     calibrated = [(lab, rt) for lab, rt in zip(labels, runtimes) if rt.hybrid is not None and rt.confidence() is not None]
