@@ -334,6 +334,7 @@ def cmd_calibrate(args) -> int:
 
     from hyflash.models.hybrid import calibration, hybrid_rounds
     from hyflash.models.loading import load_drafter, load_target, resolve, weights_sha256
+    from hyflash.train.batches import response_anchors
     from hyflash.train.calibrate import measure_rounds, plot_reliability, write
     from hyflash.train.regenerate import is_regenerated, load_regenerated
 
@@ -351,7 +352,8 @@ def cmd_calibrate(args) -> int:
     drafter = load_drafter(drafter_dir, target)
     if args.threads:
         torch.set_num_threads(args.threads)
-    rounds = measure_rounds(target, drafter, data.tokens[greedy], np.maximum(data.prompt_len[greedy] - 1, 1))
+    rounds = measure_rounds(target, drafter, data.tokens[greedy],
+                            response_anchors(data.prompt_len[greedy], data.tokens.shape[1]))
     cal = {**calibration(rounds), "data": str(args.data), "sequences": int(greedy.size)}
     cal["mean_accepted"]["hybrid"] = float(hybrid_rounds(cal, rounds).mean())
     path = write(cal, drafter_dir)

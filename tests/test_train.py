@@ -166,15 +166,21 @@ def test_regenerate_writes_the_targets_own_text_and_resumes_to_the_same_bytes(co
 def test_anchors_fall_in_the_response():
     from hyflash.train.drafter import draw_anchors
 
+    from hyflash.train.batches import response_anchors
+
     tokens = torch.arange(2 * 40).view(2, 40)
-    first = torch.tensor([1, 20])
-    a = draw_anchors(tokens, first, block=7, anchors=16)
+    allowed = torch.from_numpy(response_anchors(np.array([0, 21]), 40))  # row 1: a prompt of 21 tokens
+    allowed[0, 10:15] = False  # say, a user turn
+    a = draw_anchors(tokens, allowed, block=7, anchors=16)
     assert a.shape == (2, min(16, 40 - 7 - 20))
     assert (a[0] >= 1).all() and (a[1] >= 20).all() and (a <= 40 - 7 - 1).all()
+    assert not ((a[0] >= 10) & (a[0] < 15)).any()
     assert len(set(a[1].tolist())) == a.shape[1]  # distinct
-    assert torch.equal(draw_anchors(tokens[1:], first[1:], 7, 16), a[1:])  # a row draws alike in any batch
+    assert torch.equal(draw_anchors(tokens[1:], allowed[1:], 7, 16), a[1:])  # a row draws alike in any batch
+    none = allowed.clone()
+    none[1, :] = False
     with pytest.raises(ValueError, match="allows no anchor"):
-        draw_anchors(tokens, torch.tensor([1, 33]), 7, 16)
+        draw_anchors(tokens, none, 7, 16)
 
 
 def test_train_drafter_on_regenerated_text(corpus, tmp_path, capsys):

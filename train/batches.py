@@ -1,4 +1,4 @@
-"""What `train-drafter --data PATH` reads: rows of tokens with the first position an anchor may take.
+"""What `train-drafter --data PATH` reads: rows of tokens with the positions an anchor may take.
 
 - a corpus folder (`hyflash corpus`): random windows of the train split; anchors anywhere;
 - a regenerated folder (`hyflash regenerate`): the target's own continuations; anchors in the
@@ -23,10 +23,10 @@ DEFAULT_SEQ_LEN = 512
 @dataclasses.dataclass(frozen=True)
 class Rows:
     tokens: np.ndarray  # (n, T) int64
-    first_anchor: np.ndarray  # (n,) int64: anchors of row b are drawn from [first_anchor[b], T - block - 1]
+    anchorable: np.ndarray  # (n, T) bool: positions an anchor may take (the drafter learns what follows them)
 
     def __getitem__(self, rows: slice) -> "Rows":
-        return Rows(self.tokens[rows], self.first_anchor[rows])
+        return Rows(self.tokens[rows], self.anchorable[rows])
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -39,7 +39,7 @@ class CorpusRows:
         self.describe = {"data": str(corpus), "kind": "corpus"}
 
     def sample(self, rng: np.random.Generator, n: int) -> Rows:
-        return Rows(sample_windows(self.stream, n, self.seq_len, rng), np.ones(n, np.int64))
+        return Rows(sample_windows(self.stream, n, self.seq_len, rng), np.ones((n, self.seq_len), bool))
 
 
 class RegeneratedRows:
@@ -53,13 +53,18 @@ class RegeneratedRows:
         if seq_len not in (None, length):
             raise ValueError(f"--seq-len {seq_len} differs from the regenerated sequences' {length}; "
                              "leave --seq-len out or regenerate with --seq-len " + str(seq_len))
-        self.tokens, self.first = data.tokens, np.maximum(data.prompt_len.astype(np.int64) - 1, 1)
+        self.tokens, self.anchorable = data.tokens, response_anchors(data.prompt_len, length)
         self.seq_len = length
         self.describe = {"data": str(folder), "kind": "regenerated", **data.summary()}
 
     def sample(self, rng: np.random.Generator, n: int) -> Rows:
         idx = rng.integers(0, len(self.tokens), size=n)
-        return Rows(self.tokens[idx].astype(np.int64), self.first[idx])
+        return Rows(self.tokens[idx].astype(np.int64), self.anchorable[idx])
+
+
+def response_anchors(prompt_len: np.ndarray, length: int) -> np.ndarray:
+    """(n, length) bool: from each row's last prompt token on (its drafts are the response's tokens)."""
+    return np.arange(length)[None, :] >= (np.asarray(prompt_len)[:, None] - 1)
 
 
 def open_rows(path: Path, tokenizer: Path, seq_len: int | None, target_sha256: str | None = None):

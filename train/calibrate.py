@@ -27,7 +27,7 @@ def accepted(block: np.ndarray, chain: np.ndarray) -> int:
 
 
 @torch.no_grad()
-def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, first_anchor: np.ndarray,
+def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchorable: np.ndarray,
                    anchors: int = 48, batch: int = 4) -> dict[str, np.ndarray]:
     """Every anchor of every row as a round: the drafter's expected and realised accepted drafts,
     lookup's match length and realised accepted drafts. Rows must be greedy (labels = next tokens)."""
@@ -38,8 +38,8 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, first_a
     out = {"expected": [], "drafter": [], "match": [], "lookup": []}
     for i in range(0, len(tokens), batch):
         rows = torch.from_numpy(tokens[i:i + batch].astype(np.int64))
-        first = torch.from_numpy(first_anchor[i:i + batch].astype(np.int64))
-        for row, (a, labels, logits, conf) in zip(rows.numpy(), model.predict(rows, first)):
+        allowed = torch.from_numpy(anchorable[i:i + batch])
+        for row, (a, labels, logits, conf) in zip(rows.numpy(), model.predict(rows, allowed)):
             chain_ok = (logits.argmax(-1) == labels).int().cumprod(-1)  # (A, 7)
             out["expected"] += conf.sum(-1).tolist()
             out["drafter"] += chain_ok.sum(-1).tolist()

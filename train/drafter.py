@@ -1,8 +1,8 @@
 """`hyflash train-drafter`: distil a drafter from a frozen target (docs/design.md).
 
 For each training sequence the target runs once (no grad) and gives the features and its own
-next-token choices; anchors are sampled (from each row's first allowed anchor on: the response
-part of regenerated text, `train/batches.py`); slot k of anchor a learns the target's choice for
+next-token choices; anchors are sampled where a row allows them (the response part of regenerated
+text, assistant turns of chat; `train/batches.py`); slot k of anchor a learns the target's choice for
 position a+k with weight exp(-(k-1)/gamma). With the confidence head on, it learns whether the
 drafter's greedy chain is still right at slot k (binary cross-entropy).
 """
@@ -22,25 +22,25 @@ from hyflash.train.batches import Rows
 from hyflash.train.loop import TrainConfig, train, write_folder
 
 
-def draw_anchors(tokens: torch.Tensor, first_anchor: torch.Tensor, block: int, anchors: int) -> torch.Tensor:
-    """(B, A) anchor positions, A = min(anchors, the fewest any row allows): row b's from
-    [max(first_anchor[b], 1), T - block - 1], distinct, drawn from a generator seeded by the row's
+def draw_anchors(tokens: torch.Tensor, anchorable: torch.Tensor, block: int, anchors: int) -> torch.Tensor:
+    """(B, A) anchor positions, A = min(anchors, the fewest any row allows): row b's from the positions
+    a in [1, T - block - 1] with anchorable[b, a], distinct, drawn from a generator seeded by the row's
     tokens (so any split of a batch over ranks draws the same)."""
     t = tokens.shape[1]
-    first = first_anchor.clamp(min=1)
-    if int(first.max()) > t - block - 1:
-        raise ValueError(f"a row allows no anchor: its first anchor {int(first.max())} is past {t - block - 1}")
-    count = min(anchors, t - block - int(first.max()))
+    allowed = [torch.nonzero(row[1:t - block]).flatten() + 1 for row in anchorable]
+    count = min(anchors, min(len(a) for a in allowed))
+    if count == 0:
+        raise ValueError(f"a row of {t} tokens allows no anchor (none of its positions 1..{t - block - 1} is trainable)")
     weights = torch.arange(1, t + 1)
     out = []
-    for row, lo in zip(tokens, first.tolist()):
+    for row, pos in zip(tokens, allowed):
         gen = torch.Generator().manual_seed(int((row * weights).sum()) % 2**31)
-        out.append(torch.randperm(t - block - lo, generator=gen)[:count] + lo)
+        out.append(pos[torch.randperm(len(pos), generator=gen)[:count]])
     return torch.stack(out)
 
 
 class Distill(nn.Module):
-    """drafter + frozen target; forward(tokens (B, T), first_anchor (B,)) -> (loss, metrics). DDP wraps this."""
+    """drafter + frozen target; forward(tokens (B, T), anchorable (B, T)) -> (loss, metrics). DDP wraps this."""
 
     def __init__(self, drafter: Drafter, target: Target, anchors: int, gamma: float = 4.0):
         super().__init__()
@@ -50,8 +50,8 @@ class Distill(nn.Module):
         k = torch.arange(drafter.cfg.block, dtype=torch.float32)
         self.register_buffer("slot_weight", torch.exp(-k / gamma) / torch.exp(-k / gamma).sum(), persistent=False)
 
-    def predict(self, tokens: torch.Tensor, first_anchor: torch.Tensor):
-        """tokens (B, T); first_anchor (B,): row b's anchors are drawn from [first_anchor[b], T-block-1].
+    def predict(self, tokens: torch.Tensor, anchorable: torch.Tensor):
+        """tokens (B, T); anchorable (B, T) bool: the positions an anchor may take (`draw_anchors`).
         Yields per row: anchors (A,), labels (A, 7) (the target's choices for positions a+1..a+7),
         the drafter's logits (A, 7, V) and confidence (A, 7) or None, slots fed the labels before them
         (while its chain is right, exactly what the runtime's draft sees)."""
@@ -59,7 +59,7 @@ class Distill(nn.Module):
         with torch.no_grad():
             logits, features = target(tokens)
         choice = logits.argmax(-1)  # (B, T): the target's token for position t+1
-        anchors = draw_anchors(tokens, first_anchor, block, self.anchors)  # (B, A)
+        anchors = draw_anchors(tokens, anchorable, block, self.anchors)  # (B, A)
         memory = self.drafter.memory_inputs(features, anchors) if self.drafter.cfg.memory != "off" else None
         for b, a in enumerate(anchors):  # a: (A,)
             labels = choice[b][a[:, None] + torch.arange(block)]  # (A, 7): slot k <- choice at a+k-1
@@ -68,9 +68,9 @@ class Distill(nn.Module):
                                                    memory[b] if memory is not None else None)
             yield a, labels, out, conf
 
-    def forward(self, tokens: torch.Tensor, first_anchor: torch.Tensor):
+    def forward(self, tokens: torch.Tensor, anchorable: torch.Tensor):
         losses, confs, hits = [], [], []
-        for _, labels, out, conf in self.predict(tokens, first_anchor):
+        for _, labels, out, conf in self.predict(tokens, anchorable):
             ce = F.cross_entropy(out.flatten(0, 1), labels.flatten(), reduction="none").view_as(labels)
             losses.append((ce * self.slot_weight).sum(-1).mean())
             correct = (out.argmax(-1) == labels).float().cumprod(-1)  # greedy chain still right at slot k
@@ -94,7 +94,7 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig, data, cfg: TrainCo
     model = Distill(drafter, target, anchors)
 
     def loss(m, rows: Rows):
-        return m(torch.from_numpy(rows.tokens), torch.from_numpy(rows.first_anchor))
+        return m(torch.from_numpy(rows.tokens), torch.from_numpy(rows.anchorable))
 
     train(model, loss, data.sample, cfg, f"drafter-{drafter_cfg.name}")
     dest = cfg.out / "model"
