@@ -282,7 +282,7 @@ def cmd_train_drafter(args) -> int:
 
     folder = resolve(args.target, "target")
     target = load_target(folder)
-    rows = open_rows(args.data, _tokenizer_for(folder, args), args.seq_len, weights_sha256(folder))
+    rows = open_rows(args.data, folder, args.tokenizer, args.seq_len, weights_sha256(folder))
     window = "full" if args.window == "full" else int(args.window)
     sizes = {"intermediate_size": args.intermediate_size} if args.intermediate_size else {}
     cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
@@ -294,17 +294,10 @@ def cmd_train_drafter(args) -> int:
     return 0
 
 
-def _tokenizer_for(target: Path, args) -> Path:
-    """--tokenizer, else the target's own tokenizer.json, else the data folder's."""
-    if args.tokenizer is not None:
-        return args.tokenizer
-    own = Path(target) / "tokenizer.json"
-    return own if own.is_file() else Path(args.data) / "tokenizer.json"
-
-
 def cmd_regenerate(args) -> int:
     from hyflash.models.loading import load_target, resolve, weights_sha256
     from hyflash.runtime_py.manifest import sha256
+    from hyflash.train.batches import corpus_tokenizer
     from hyflash.train.data import token_stream
     from hyflash.train.regenerate import RegenConfig, regenerate
 
@@ -315,7 +308,7 @@ def cmd_regenerate(args) -> int:
     cfg = RegenConfig(tokens=args.tokens, greedy_share=args.greedy_share, temperature=args.temperature,
                       prompt_len=(lo, hi), seq_len=args.seq_len, batch=args.batch, seed=args.seed)
     folder = resolve(args.target, "target")
-    tokenizer = _tokenizer_for(folder, argparse.Namespace(tokenizer=args.tokenizer, data=args.prompts_from))
+    tokenizer = args.tokenizer or corpus_tokenizer(folder, args.prompts_from)
     stream = token_stream(args.prompts_from, tokenizer, "train")
     if args.threads:
         import torch
@@ -582,9 +575,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train-drafter", help="distil a drafter from a frozen target")
     p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")
     p.add_argument("--data", type=Path, default=Path("data/corpus"),
-                   help="a corpus folder (hyflash corpus) or a regenerated folder (hyflash regenerate)")
+                   help="a corpus folder (hyflash corpus), a regenerated folder (hyflash regenerate), or text files, "
+                        "folders, .jsonl of {\"text\"} or chat {\"messages\"} (rendered with the target's template)")
     p.add_argument("--tokenizer", type=Path, default=None,
-                   help="for a corpus: default the target's tokenizer.json, else the corpus folder's")
+                   help="a tokenizer.json to use instead of the target's own")
     p.add_argument("--memory", choices=["mamba2", "gated_deltanet", "off"], default="mamba2")
     p.add_argument("--window", default="128", help="committed features attended to, or 'full'")
     p.add_argument("--layers", type=_positive(), default=2)

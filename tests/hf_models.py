@@ -30,12 +30,13 @@ VARIANTS = {
 ARCH_VARIANTS = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 
 
-def make_hf_model(variant: str, seed: int = 0, scale: float = 1.0):
-    """scale: every weight matrix times this, for activations and logits as large as a real model's."""
+def make_hf_model(variant: str, seed: int = 0, scale: float = 1.0, **config):
+    """scale: every weight matrix times this, for activations and logits as large as a real model's;
+    config: overrides of the variant's config (vocab_size, eos_token_id, ...)."""
     import transformers
 
     cls_name, overrides = VARIANTS[variant]
-    cfg = getattr(transformers, cls_name)(**{**BASE, **overrides})
+    cfg = getattr(transformers, cls_name)(**{**BASE, **overrides, **config})
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
     with torch.no_grad():  # random init is small; widen it so logits differ meaningfully
@@ -49,7 +50,7 @@ def make_hf_model(variant: str, seed: int = 0, scale: float = 1.0):
     return model.eval()
 
 
-def save_hf_model(variant: str, folder, seed: int = 0, dtype=torch.float32, scale: float = 1.0):
-    model = make_hf_model(variant, seed, scale)
+def save_hf_model(variant: str, folder, seed: int = 0, dtype=torch.float32, scale: float = 1.0, **config):
+    model = make_hf_model(variant, seed, scale, **config)
     model.to(dtype).save_pretrained(folder, safe_serialization=True)
     return model.float()

@@ -123,7 +123,7 @@ def cases(qwen3_dir, both_formats, broken, mismatched, tmp):
                                          "not a folder"),
         "train-target negative steps": (["train-target", "--out", str(tmp / "r"), "--steps", "-5"], "positive"),
         "train-drafter before corpus": (["train-drafter", "--target", str(qwen3_dir), "--data", str(tmp / "nocorpus"),
-                                         "--out", str(tmp / "r")], "neither a corpus folder"),
+                                         "--out", str(tmp / "r")], "no such file or folder; --data takes"),
         "train-target before corpus": (["train-target", "--corpus", str(tmp / "nocorpus"), "--out", str(tmp / "r")],
                                        "make it with `hyflash corpus --out"),
     }

@@ -2,7 +2,10 @@
 
 - a corpus folder (`hyflash corpus`): random windows of the train split; anchors anywhere;
 - a regenerated folder (`hyflash regenerate`): the target's own continuations; anchors in the
-  response only (from the last prompt token on), so every label lies on the target's own chain.
+  response only (from the last prompt token on), so every label lies on the target's own chain;
+- anything else (`train/sources.py`): text files, folders, `.jsonl` of text or chat, in the
+  target's tokens; windows of the joined documents, anchors where the next token is trainable
+  (anywhere in text, the assistant's tokens in chat).
 
 `train.loop.train` slices a batch by rank (`batch[a:b]`), so `Rows` slices like an array.
 """
@@ -62,17 +65,77 @@ class RegeneratedRows:
         return Rows(self.tokens[idx].astype(np.int64), self.anchorable[idx])
 
 
+class StreamRows:
+    def __init__(self, path: Path, tokenizer, eos: int, seq_len: int | None, progress: bool = True):
+        from hyflash.train.sources import build_streams
+
+        streams = build_streams(path, tokenizer, eos, progress)
+        self.stream, self.heldout = streams["train"], streams["heldout"]
+        self.seq_len = seq_len or DEFAULT_SEQ_LEN
+        if len(self.stream.ids) < self.seq_len + 1:
+            raise ValueError(f"{path}: {len(self.stream.ids)} tokens in all, fewer than one window of "
+                             f"--seq-len {self.seq_len}; give more data or a smaller --seq-len")
+        if not self.stream.trainable.any():
+            raise ValueError(f"{path}: no trainable tokens (chats without assistant turns?)")
+        self.describe = {"data": str(path), "kind": "documents", "documents": self.stream.documents,
+                         "chats": self.stream.chats, "tokens": int(len(self.stream.ids)),
+                         "trainable_tokens": int(self.stream.trainable.sum()),
+                         "heldout_documents": self.heldout.documents}
+
+    def sample(self, rng: np.random.Generator, n: int, tries: int = 1000) -> Rows:
+        """n windows, each with at least one anchorable position (one whose next token is trainable)."""
+        t, ids, trainable = self.seq_len, self.stream.ids, self.stream.trainable
+        tokens, anchorable = [], []
+        for _ in range(n):
+            for _ in range(tries):
+                s = int(rng.integers(0, len(ids) - t + 1))
+                allowed = np.zeros(t, bool)
+                allowed[:t - 1] = trainable[s + 1:s + t]
+                if allowed[1:].any():
+                    break
+            else:
+                raise ValueError(f"no window of {t} tokens holds a trainable token in {tries} draws")
+            tokens.append(ids[s:s + t].astype(np.int64))
+            anchorable.append(allowed)
+        return Rows(np.stack(tokens), np.stack(anchorable))
+
+
 def response_anchors(prompt_len: np.ndarray, length: int) -> np.ndarray:
     """(n, length) bool: from each row's last prompt token on (its drafts are the response's tokens)."""
     return np.arange(length)[None, :] >= (np.asarray(prompt_len)[:, None] - 1)
 
 
-def open_rows(path: Path, tokenizer: Path, seq_len: int | None, target_sha256: str | None = None):
-    """A corpus folder or a regenerated folder, by what it holds."""
+def is_corpus(path: Path) -> bool:
+    return (Path(path) / "train.txt").is_file() and (Path(path) / "split.json").is_file()
+
+
+def open_rows(path: Path, target_dir: Path, tokenizer: Path | None, seq_len: int | None,
+              target_sha256: str | None = None, progress: bool = True):
+    """Rows from a regenerated folder, a corpus folder, or any text / .jsonl data, by what `path` holds.
+    `tokenizer`: a tokenizer.json to use instead of the target's own."""
+    from hyflash.train.sources import end_of_text, load_tokenizer
+
     path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder; --data takes a corpus folder (`hyflash corpus`), "
+                                "a regenerated folder (`hyflash regenerate`), text files or .jsonl")
     if is_regenerated(path):
         return RegeneratedRows(path, seq_len, target_sha256)
-    if (path / "train.txt").is_file():
-        return CorpusRows(path, tokenizer, seq_len)
-    raise FileNotFoundError(f"{path}: neither a corpus folder (train.txt; `hyflash corpus --out {path}`) nor a "
-                            f"regenerated folder (`hyflash regenerate --out {path}`)")
+    if is_corpus(path):
+        return CorpusRows(path, tokenizer or corpus_tokenizer(target_dir, path), seq_len)
+    tok = _fast_tokenizer(tokenizer) if tokenizer else load_tokenizer(target_dir)
+    return StreamRows(path, tok, end_of_text(target_dir, tok), seq_len, progress)
+
+
+def corpus_tokenizer(target_dir: Path, corpus: Path) -> Path:
+    """The corpus' token ids: the target's tokenizer.json, else the corpus folder's."""
+    own = Path(target_dir) / "tokenizer.json"
+    return own if own.is_file() else Path(corpus) / "tokenizer.json"
+
+
+def _fast_tokenizer(path: Path):
+    from transformers import PreTrainedTokenizerFast
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no tokenizer file there")
+    return PreTrainedTokenizerFast(tokenizer_file=str(path))

@@ -82,7 +82,7 @@ def _documents(path: Path):
 
 
 def encode_file(tokenizer_path: Path, text_path: Path) -> np.ndarray:
-    """The whole text as one uint16 stream, documents separated by the EOS id."""
+    """The whole text as one int32 stream (vocabularies past 65,535), documents separated by the EOS id."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tokenizer_path))
@@ -92,7 +92,7 @@ def encode_file(tokenizer_path: Path, text_path: Path) -> np.ndarray:
     for enc in tok.encode_batch(docs):
         ids.extend(enc.ids)
         ids.append(eos)
-    return np.asarray(ids, dtype=np.uint16)
+    return np.asarray(ids, dtype=np.int32)
 
 
 def check_corpus(corpus: Path, tokenizer_path: Path, side: str = "train") -> None:

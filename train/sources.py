@@ -1,0 +1,157 @@
+"""A user's own data for `train-drafter --data`, in the target's own tokens (issue 16).
+
+Accepted: a text file, a folder of files (every file read as text, `.jsonl` parsed), or `.jsonl`
+with one JSON object per line holding either `text` (a document) or `messages` (a chat:
+`[{"role": ..., "content": ...}, ...]`). Chats are rendered by the target's own chat template
+(`transformers`' `apply_chat_template`, which reads `chat_template.jinja` or
+`tokenizer_config.json`); every assistant turn becomes one document (the conversation up to and
+including that turn, rendered as the model sees it when it writes that turn), and only the
+turn's own tokens are trainable: anchors sit where the next token is the assistant's.
+
+Documents are joined by the target's end-of-text id (`generation_config.json`, else `config.json`,
+else the tokenizer's), token ids are int32 (vocabularies past 65,535), and one document in 50
+(by a hash of its text) is held out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+HELDOUT_EVERY = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    text: str | None = None
+    messages: tuple[dict, ...] | None = None  # a chat, up to and including its last (assistant) turn
+
+    @property
+    def key(self) -> bytes:
+        return (self.text if self.text is not None else json.dumps(self.messages, sort_keys=True)).encode()
+
+    @property
+    def heldout(self) -> bool:
+        return int.from_bytes(hashlib.sha256(self.key).digest()[:4], "little") % HELDOUT_EVERY == 0
+
+
+def end_of_text(folder: Path, tokenizer=None) -> int:
+    """The target's end-of-text id: generation_config.json, else config.json, else the tokenizer's."""
+    for name in ("generation_config.json", "config.json"):
+        path = Path(folder) / name
+        if path.is_file():
+            eos = json.loads(path.read_text()).get("eos_token_id")
+            if isinstance(eos, list) and eos:
+                return int(eos[0])
+            if isinstance(eos, int):
+                return eos
+    if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
+        return int(tokenizer.eos_token_id)
+    raise ValueError(f"{folder}: no end-of-text id (set eos_token_id in generation_config.json or config.json)")
+
+
+def load_tokenizer(folder: Path):
+    """The target's own tokenizer, as `transformers` loads it (with its chat template)."""
+    from transformers import AutoTokenizer
+
+    if not any((Path(folder) / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json")):
+        raise FileNotFoundError(f"{folder}: no tokenizer.json or tokenizer_config.json; pass --tokenizer or add "
+                                "the checkpoint's tokenizer files")
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def read_documents(path: Path) -> Iterator[Document]:
+    """Documents of a text file, a .jsonl file, or every file under a folder (sorted)."""
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for f in files:
+        if f.suffix == ".jsonl":
+            yield from _jsonl(f)
+            continue
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{f}: not UTF-8 text; --data takes text files, .jsonl, or folders of them") from None
+        if text:
+            yield Document(text=text)
+
+
+def _jsonl(path: Path) -> Iterator[Document]:
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not JSON ({e.msg})") from None
+        if isinstance(obj, dict) and isinstance(obj.get("text"), str):
+            yield Document(text=obj["text"])
+        elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):
+            messages = tuple(_message(path, i, m) for m in obj["messages"])
+            for j, m in enumerate(messages):  # one document per assistant turn
+                if m["role"] == "assistant":
+                    yield Document(messages=messages[:j + 1])
+        else:
+            raise ValueError(f"{path}:{i}: expected an object with \"text\" (a string) or \"messages\" (a list)")
+
+
+def _message(path: Path, line: int, m) -> dict:
+    if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+        raise ValueError(f"{path}:{line}: every message needs a \"role\" and a \"content\" string")
+    return {"role": m["role"], "content": m["content"]}
+
+
+def encode(doc: Document, tokenizer) -> tuple[list[int], list[bool]]:
+    """(ids, trainable): a text document is trainable throughout; a chat only in its last turn's tokens."""
+    if doc.text is not None:
+        ids = tokenizer(doc.text, add_special_tokens=False)["input_ids"]
+        return ids, [True] * len(ids)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the data holds chats but the target has no chat template (chat_template.jinja or "
+                         "tokenizer_config.json); give plain text instead")
+    before = tokenizer.apply_chat_template(list(doc.messages[:-1]), tokenize=False, add_generation_prompt=True)
+    full = tokenizer.apply_chat_template(list(doc.messages), tokenize=False)
+    if not full.startswith(before):
+        raise ValueError("the chat template renders a conversation's history differently once the reply is added; "
+                         "its assistant tokens cannot be located")
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    start = len(before)
+    return enc["input_ids"], [s >= start and e > s for s, e in enc["offset_mapping"]]
+
+
+@dataclasses.dataclass
+class Stream:
+    """Documents joined by end-of-text: ids (N,) int32 and trainable (N,) bool."""
+    ids: np.ndarray
+    trainable: np.ndarray
+    documents: int
+    chats: int
+
+
+def build_streams(path: Path, tokenizer, eos: int, progress: bool = True) -> dict[str, Stream]:
+    """{"train": ..., "heldout": ...} streams of the documents under `path`."""
+    parts = {"train": ([], [], [0, 0]), "heldout": ([], [], [0, 0])}
+    vocab = len(tokenizer)
+    for doc in tqdm(read_documents(path), desc="tokenize", unit="doc", disable=not progress, dynamic_ncols=True):
+        ids, trainable = encode(doc, tokenizer)
+        ids, trainable = ids + [eos], trainable + [False]
+        side = parts["heldout" if doc.heldout else "train"]
+        side[0].extend(ids)
+        side[1].extend(trainable)
+        side[2][0] += 1
+        side[2][1] += doc.messages is not None
+    out = {}
+    for name, (ids, trainable, (docs, chats)) in parts.items():
+        arr = np.asarray(ids, np.int64)
+        if arr.size and (arr.min() < 0 or arr.max() >= max(vocab, eos + 1)):
+            raise ValueError(f"token id {int(arr.max())} is outside the tokenizer's {vocab} ids")
+        out[name] = Stream(arr.astype(np.int32), np.asarray(trainable, bool), docs, chats)
+    if not out["train"].documents:
+        raise ValueError(f"{path}: no documents to train on")
+    return out
