@@ -251,10 +251,12 @@ def cmd_train_tokenizer(args) -> int:
 
 
 def _train_config(args):
-    from hyflash.train.loop import TrainConfig
+    from hyflash.train.loop import TrainConfig, pick_device
 
+    pick_device(args.device)  # a missing device is refused before any data is read
     return TrainConfig(out=args.out, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
-                       checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads)
+                       checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads,
+                       device=args.device)
 
 
 def cmd_train_target(args) -> int:
@@ -280,6 +282,7 @@ def cmd_train_drafter(args) -> int:
     from hyflash.train.drafter import train_drafter
     from hyflash.train.loop import is_writer
 
+    train_cfg = _train_config(args)
     folder = resolve(args.target, "target")
     target = load_target(folder)
     rows = open_rows(args.data, folder, args.tokenizer, args.seq_len, weights_sha256(folder))
@@ -288,7 +291,7 @@ def cmd_train_drafter(args) -> int:
     cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
                                    markov_rank=args.markov_rank, confidence=not args.no_confidence,
                                    memory_history=args.memory_history, slot_attention=not args.no_slot_attention)
-    dest = train_drafter(target, cfg, rows, _train_config(args), args.anchors)
+    dest = train_drafter(target, cfg, rows, train_cfg, args.anchors)
     if is_writer():
         print(f"wrote {dest}")
     return 0
@@ -402,6 +405,8 @@ def _add_train_flags(p, steps: int, batch: int, lr: float) -> None:
     p.add_argument("--checkpoint-every", type=_positive(), default=25)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
+                   help="auto: CUDA if visible (cuda:LOCAL_RANK under torchrun), else MPS, else CPU")
 
 
 class Parser(argparse.ArgumentParser):

@@ -162,12 +162,13 @@ class DrafterLayer(nn.Module):
 
 class Drafter(nn.Module):
     def __init__(self, cfg: DrafterConfig, embed: torch.Tensor, lm_head: torch.Tensor):
-        """embed, lm_head: the target's (V, d) tables; kept frozen (buffers, never trained)."""
+        """embed, lm_head: the target's (V, d) tables, used in place (the same storage, never copied:
+        at a 151,936-token vocabulary each is hundreds of MB) and never trained (non-persistent buffers)."""
         super().__init__()
         self.cfg = cfg
         d = cfg.hidden_size
-        self.register_buffer("embed", embed.detach().float().clone(), persistent=False)
-        self.register_buffer("lm_head", lm_head.detach().float().clone(), persistent=False)
+        self.register_buffer("embed", embed.detach(), persistent=False)
+        self.register_buffer("lm_head", lm_head.detach(), persistent=False)
         self.fuse = nn.Linear(cfg.feature_size, d, bias=False)
         self.fuse_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.mask_embed = nn.Parameter(torch.randn(d) * 0.02)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from hyflash.train.copyprobe import copy_rates, induction_accuracy
 from hyflash.train.data import sample_windows
 from hyflash.train.evaluate import loss_by_position
+from hyflash.train.loop import model_device
 from hyflash.train.repeats import CURRICULA, Stage, curriculum_batch, stage_at
 
 
@@ -35,7 +36,8 @@ class WeightedRows:
 
 def weighted_lm_loss(model, batch: WeightedRows) -> torch.Tensor:
     """Next-token cross-entropy weighted per token (all weights 1: `lm_loss`)."""
-    tokens, w = torch.from_numpy(batch.tokens), torch.from_numpy(batch.weights[:, 1:])
+    device = model_device(model)
+    tokens, w = torch.from_numpy(batch.tokens).to(device), torch.from_numpy(batch.weights[:, 1:]).to(device)
     logits, _ = model(tokens[:, :-1])
     ce = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     return (ce * w.flatten()).sum() / w.sum().clamp(min=1e-6)

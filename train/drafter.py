@@ -19,7 +19,7 @@ from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import save_drafter, target_info
 from hyflash.models.target import Target
 from hyflash.train.batches import Rows
-from hyflash.train.loop import TrainConfig, train, write_folder
+from hyflash.train.loop import TrainConfig, pick_device, train, write_folder
 
 
 def draw_anchors(tokens: torch.Tensor, anchorable: torch.Tensor, block: int, anchors: int) -> torch.Tensor:
@@ -56,6 +56,7 @@ class Distill(nn.Module):
         the drafter's logits (A, 7, V) and confidence (A, 7) or None, slots fed the labels before them
         (while its chain is right, exactly what the runtime's draft sees)."""
         target, block = self.target[0], self.drafter.cfg.block
+        tokens, anchorable = tokens.to(self.slot_weight.device), anchorable.to(self.slot_weight.device)
         with torch.no_grad():
             logits, features = target(tokens)
         choice = logits.argmax(-1)  # (B, T): the target's token for position t+1
@@ -88,6 +89,8 @@ class Distill(nn.Module):
 def train_drafter(target: Target, drafter_cfg: DrafterConfig, data, cfg: TrainConfig, anchors: int = 48) -> Path:
     """`data`: rows to train on (`hyflash.train.batches.open_rows`: a corpus or regenerated folder)."""
     torch.manual_seed(cfg.seed)  # the same initial weights in every process and every rerun
+    device = pick_device(cfg.device)  # the target first: the drafter uses its tables in place
+    target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     drafter = Drafter.for_target(target, drafter_cfg)
     with torch.no_grad():
         drafter.norm.weight.copy_(target.norm.weight)  # start from the target's final norm

@@ -1,4 +1,8 @@
-"""One training loop for the target and the drafters: single process on CPU, or DDP under torchrun.
+"""One training loop for the target and the drafters: one process, or DDP under torchrun; CPU or GPU.
+
+Devices (`--device auto|cpu|cuda|mps`): under torchrun each rank trains on its own device
+(cuda:LOCAL_RANK) and the process group is NCCL on CUDA, gloo on CPU. On a GPU the loop runs
+under bf16 autocast over fp32 master weights (the frozen target of a drafter run sits in bf16).
 
 Under `torchrun` each rank takes its slice of the same global batch (drawn from a generator
 seeded by (seed, step), so a resumed run sees the batches it would have seen), gradients are
@@ -41,6 +45,7 @@ class TrainConfig:
     checkpoint_every: int = 50
     seed: int = 0
     threads: int | None = None
+    device: str = "auto"  # auto | cpu | cuda | mps
 
     def __post_init__(self):
         for name in ("steps", "batch", "checkpoint_every"):
@@ -56,12 +61,51 @@ class TrainConfig:
         return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def world() -> tuple[int, int]:
-    """(rank, world size); initialises the gloo/nccl group when launched by torchrun."""
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    """This process's device: auto = CUDA if visible, else MPS (one process), else CPU; on CUDA,
+    rank LOCAL_RANK of a torchrun launch takes cuda:LOCAL_RANK."""
+    if requested not in DEVICES:
+        raise ValueError(f"--device must be one of {', '.join(DEVICES)}, got {requested!r}")
+    cuda = torch.cuda.is_available()
+    mps = torch.backends.mps.is_available() and int(os.environ.get("WORLD_SIZE", "1")) == 1
+    if requested == "auto":
+        requested = "cuda" if cuda else "mps" if mps else "cpu"
+    if requested == "cuda":
+        if not cuda:
+            raise ValueError("--device cuda: no CUDA device is visible to torch; use --device cpu (or auto)")
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if local >= torch.cuda.device_count():
+            raise ValueError(f"LOCAL_RANK {local} but only {torch.cuda.device_count()} CUDA devices; launch "
+                             "torchrun with --nproc_per_node at most the device count")
+        return torch.device("cuda", local)
+    if requested == "mps":
+        if not mps:
+            raise ValueError("--device mps: MPS is not available here (or several processes were launched)")
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def process_group_backend(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def world(device: torch.device | None = None) -> tuple[int, int]:
+    """(rank, world size); the first call under torchrun initialises the process group for `device`'s
+    kind (NCCL for CUDA, gloo otherwise)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        device = device or torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(process_group_backend(device))
     return (dist.get_rank(), size) if size > 1 else (0, 1)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
 def is_writer() -> bool:
@@ -136,17 +180,21 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
     returns (mean loss, extra metrics). Returns the log: one dict per step."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    rank, size = world()
+    device = pick_device(cfg.device)
+    rank, size = world(device)
     if cfg.batch % size:
         raise ValueError(f"global batch {cfg.batch} is not divisible by the world size {size}")
     torch.manual_seed(cfg.seed)
+    model.to(device)
     params = list(trainable(model).values())
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     start, log = load_checkpoint(model, opt, cfg)
-    wrapped = torch.nn.parallel.DistributedDataParallel(model) if size > 1 else model
+    wrapped = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+               if size > 1 else model)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     if rank == 0:
         cfg.out.mkdir(parents=True, exist_ok=True)
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=desc, disable=rank != 0,
@@ -158,12 +206,13 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
         batch = batch_fn(rng, cfg.batch)[rank * per_rank:(rank + 1) * per_rank]
         for group in opt.param_groups:
             group["lr"] = cfg.lr_at(step)
-        loss, extra = loss_fn(wrapped, batch)
+        with autocast:
+            loss, extra = loss_fn(wrapped, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
-        stats = torch.tensor([loss.item(), *extra.values()], dtype=torch.float64)
+        stats = torch.tensor([loss.item(), *(float(v) for v in extra.values())], dtype=torch.float64, device=device)
         if size > 1:
             dist.all_reduce(stats)
             stats /= size
@@ -193,6 +242,6 @@ def _record_rank_checksums(params, rank: int, size: int, out: Path) -> None:
 
 def lm_loss(model, batch: np.ndarray):
     """Next-token cross-entropy of a (B, T+1) batch of token windows: the target's training loss."""
-    tokens = torch.from_numpy(batch)
+    tokens = torch.from_numpy(batch).to(model_device(model))
     logits, _ = model(tokens[:, :-1])
     return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()), {}
