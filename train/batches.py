@@ -19,6 +19,7 @@ import numpy as np
 
 from hyflash.train.data import sample_windows, token_stream
 from hyflash.train.regenerate import is_regenerated, load_regenerated
+from hyflash.train.sources import build_streams, end_of_text, load_tokenizer
 
 DEFAULT_SEQ_LEN = 512
 
@@ -67,8 +68,6 @@ class RegeneratedRows:
 
 class StreamRows:
     def __init__(self, path: Path, tokenizer, eos: int, seq_len: int | None, progress: bool = True):
-        from hyflash.train.sources import build_streams
-
         streams = build_streams(path, tokenizer, eos, progress)
         self.stream, self.heldout = streams["train"], streams["heldout"]
         self.seq_len = seq_len or DEFAULT_SEQ_LEN
@@ -113,8 +112,6 @@ def open_rows(path: Path, target_dir: Path, tokenizer: Path | None, seq_len: int
               target_sha256: str | None = None, progress: bool = True):
     """Rows from a regenerated folder, a corpus folder, or any text / .jsonl data, by what `path` holds.
     `tokenizer`: a tokenizer.json to use instead of the target's own."""
-    from hyflash.train.sources import end_of_text, load_tokenizer
-
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder; --data takes a corpus folder (`hyflash corpus`), "
