@@ -205,12 +205,22 @@ class Drafter(nn.Module):
         b = anchor_tokens.shape[0]
         return torch.cat([self.embed[anchor_tokens][:, None], self.mask_embed.expand(b, self.cfg.block, -1)], dim=1)
 
+    def slot_states(self, h):
+        """h: (..., S, d) final slot states -> normalised states of slots 1..7 (..., 7, d), confidence
+        (..., 7) or None."""
+        hn = self.norm(h[..., 1:, :])
+        return hn, torch.sigmoid(self.conf_head(hn))[..., 0] if self.cfg.confidence else None
+
     def readout(self, h):
         """h: (..., S, d) final slot states -> logits of slots 1..7 before the Markov bias (..., 7, V),
         confidence (..., 7) or None."""
-        hn = self.norm(h[..., 1:, :])
-        conf = torch.sigmoid(self.conf_head(hn))[..., 0] if self.cfg.confidence else None
+        hn, conf = self.slot_states(h)
         return hn @ self.lm_head.t(), conf
+
+    def head(self, hn, prev):
+        """hn (..., d) normalised slot states, prev (...) previous-slot tokens -> logits (..., V)."""
+        logits = hn @ self.lm_head.t()
+        return logits + self.markov(prev) if self.cfg.markov_rank else logits
 
     def markov(self, prev):
         """prev: (...) previous-slot tokens -> logit bias (..., V)."""
@@ -298,13 +308,14 @@ class Drafter(nn.Module):
         per_layer = [layer.mem.states_batch(c, anchors, self.cfg.memory_history) for layer in self.layers]
         return [list(seq) for seq in zip(*per_layer)]
 
-    def forward_train(self, features, tokens, anchors, prev, mem_inputs=None):
+    def forward_train(self, features, tokens, anchors, prev, mem_inputs=None, states_only: bool = False):
         """One sequence, many anchors at once.
 
         features: (T, K*H) target features of tokens 0..T-1; tokens: (T,); anchors: (A,) positions
         a (features 0..a-1 are committed, token a is the anchor); prev: (A, 7) previous-slot tokens
         for the Markov head; mem_inputs: this sequence's entry of `memory_inputs` (else computed
-        here). -> logits (A, 7, V) for positions a+1..a+7, confidence (A, 7) or None.
+        here). -> logits (A, 7, V) for positions a+1..a+7 (`states_only`: the normalised slot
+        states (A, 7, d) instead, for `head` to apply in chunks), confidence (A, 7) or None.
         """
         cfg = self.cfg
         t = features.shape[0]
@@ -327,7 +338,5 @@ class Drafter(nn.Module):
                           else layer.mem.states_at(c, anchors, cfg.memory_history))
                 read = lambda x, inputs=inputs, mem=layer.mem: mem.read_many(inputs, x)  # noqa: E731
             h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
-        logits, conf = self.readout(h)
-        if cfg.markov_rank:
-            logits = logits + self.markov(prev)
-        return logits, conf
+        hn, conf = self.slot_states(h)
+        return (hn if states_only else self.head(hn, prev)), conf

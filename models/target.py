@@ -158,6 +158,12 @@ class Target(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens: (B, T) -> logits (B, T, V), features (B, T, K*H). Causal, no cache."""
+        hidden, features = self.trunk(tokens)
+        return self.lm_head(hidden), features
+
+    def trunk(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens: (B, T) -> the final normalised hidden states (B, T, H) (logits = lm_head of them),
+        features (B, T, K*H): for a caller that needs logits at a few positions only."""
         cos, sin = self.rotary(torch.arange(tokens.shape[1], device=tokens.device))
         x = self.embed(tokens)
         feats = []
@@ -167,7 +173,7 @@ class Target(nn.Module):
             x = layer.finish(x, attn)
             if i in self.taps:
                 feats.append(x)
-        return self.lm_head(self.norm(x)), torch.cat(feats, dim=-1)
+        return self.norm(x), torch.cat(feats, dim=-1)
 
     def step(self, tokens, positions, n_valid, k_cache, v_cache):
         """The export form (target_prefill / target_verify / target_decode).

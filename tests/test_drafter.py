@@ -233,3 +233,29 @@ def test_config_rejects_bad_values():
                          (dict(markov_rank=-1), "markov_rank")]:
         with pytest.raises(ValueError, match=message):
             DrafterConfig.for_target(target, **bad)
+
+
+def test_chunked_head_loss_equals_the_whole_vocabulary_at_once(monkeypatch):
+    """At a large vocabulary the loss runs a few rows at a time (logits recomputed in backward): the same
+    losses, guesses and gradients as all rows at once; and labels only where they are needed."""
+    from hyflash.train import drafter as d
+
+    drafter = tiny_drafter()
+    g = torch.Generator().manual_seed(0)
+    states = torch.randn(50, drafter.cfg.hidden_size, generator=g)
+    prev = torch.randint(0, drafter.cfg.vocab_size, (50,), generator=g)
+    labels = torch.randint(0, drafter.cfg.vocab_size, (50,), generator=g)
+
+    def run():
+        drafter.zero_grad()
+        x = states.clone().requires_grad_(True)
+        ce, guess = d.chunked_head_loss(drafter, x, prev, labels)
+        ce.sum().backward()
+        return ce.detach(), guess, x.grad, drafter.markov_out.weight.grad.clone()
+    whole = run()
+    monkeypatch.setattr(d, "LOGIT_BUDGET", 7 * drafter.cfg.vocab_size)  # 7 rows per chunk
+    chunked = run()
+    for a, b in zip(whole, chunked):
+        assert torch.allclose(a.float(), b.float(), atol=1e-6)
+    hidden = torch.randn(3, 11, drafter.cfg.hidden_size, generator=g)
+    assert torch.equal(d.chunked_argmax(hidden, drafter.lm_head), (hidden @ drafter.lm_head.t()).argmax(-1))

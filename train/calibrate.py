@@ -18,7 +18,7 @@ import torch
 from hyflash.models.drafter import Drafter
 from hyflash.models.lookup import lookup
 from hyflash.models.target import Target
-from hyflash.train.drafter import Distill
+from hyflash.train.drafter import Distill, chunked_head_loss
 
 def accepted(block: np.ndarray, chain: np.ndarray) -> int:
     """Leading drafts of `block` equal to the target's greedy chain: what a verify round accepts."""
@@ -39,8 +39,9 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchora
     for i in range(0, len(tokens), batch):
         rows = torch.from_numpy(tokens[i:i + batch].astype(np.int64))
         allowed = torch.from_numpy(anchorable[i:i + batch])
-        for row, (a, labels, logits, conf) in zip(rows.numpy(), model.predict(rows, allowed)):
-            chain_ok = (logits.argmax(-1) == labels).int().cumprod(-1)  # (A, 7)
+        for row, (a, labels, states, prev, conf) in zip(rows.numpy(), model.predict(rows, allowed)):
+            guess = chunked_head_loss(drafter, states.flatten(0, 1), prev.flatten(), labels.flatten())[1]
+            chain_ok = (guess.view_as(labels) == labels).int().cumprod(-1)  # (A, 7)
             out["expected"] += conf.sum(-1).tolist()
             out["drafter"] += chain_ok.sum(-1).tolist()
             for anchor, chain in zip(a.tolist(), labels.numpy()):

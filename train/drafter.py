@@ -14,12 +14,40 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import save_drafter, target_info
 from hyflash.models.target import Target
 from hyflash.train.batches import Rows
 from hyflash.train.loop import TrainConfig, pick_device, train, write_folder
+
+
+LOGIT_BUDGET = 1 << 24  # logits held at once, rows x vocabulary: 64 MB in fp32
+
+
+def chunked_argmax(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """argmax(hidden @ weight.T) over (..., H) rows, a chunk of rows at a time (no grad)."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    rows = max(1, LOGIT_BUDGET // weight.shape[0])
+    out = torch.cat([(flat[i:i + rows] @ weight.t()).argmax(-1) for i in range(0, len(flat), rows)])
+    return out.view(hidden.shape[:-1])
+
+
+def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor, labels: torch.Tensor):
+    """Cross-entropy and argmax of `drafter.head(states, prev)` for (N, d) states: at a large vocabulary
+    a chunk of rows at a time, each chunk's logits recomputed in backward instead of kept."""
+    rows = max(1, LOGIT_BUDGET // drafter.cfg.vocab_size)
+    if len(states) <= rows:
+        return _head_loss(drafter, states, prev, labels)
+    parts = [checkpoint(_head_loss, drafter, states[i:i + rows], prev[i:i + rows], labels[i:i + rows],
+                        use_reentrant=False) for i in range(0, len(states), rows)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def _head_loss(drafter: Drafter, states, prev, labels):
+    logits = drafter.head(states, prev).float()
+    return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(-1)
 
 
 def draw_anchors(tokens: torch.Tensor, anchorable: torch.Tensor, block: int, anchors: int) -> torch.Tensor:
@@ -53,31 +81,35 @@ class Distill(nn.Module):
     def predict(self, tokens: torch.Tensor, anchorable: torch.Tensor):
         """tokens (B, T); anchorable (B, T) bool: the positions an anchor may take (`draw_anchors`).
         Yields per row: anchors (A,), labels (A, 7) (the target's choices for positions a+1..a+7),
-        the drafter's logits (A, 7, V) and confidence (A, 7) or None, slots fed the labels before them
-        (while its chain is right, exactly what the runtime's draft sees)."""
+        the drafter's normalised slot states (A, 7, d) (its logits: `Drafter.head(states, prev)`),
+        prev (A, 7) and confidence (A, 7) or None; slots are fed the labels before them (while its
+        chain is right, exactly what the runtime's draft sees). Logits exist only where labels are."""
         target, block = self.target[0], self.drafter.cfg.block
         tokens, anchorable = tokens.to(self.slot_weight.device), anchorable.to(self.slot_weight.device)
-        with torch.no_grad():
-            logits, features = target(tokens)
-        choice = logits.argmax(-1)  # (B, T): the target's token for position t+1
         anchors = draw_anchors(tokens, anchorable, block, self.anchors)  # (B, A)
+        label_pos = (anchors[:, :, None] + torch.arange(block, device=tokens.device)).flatten(1)  # (B, A*7)
+        with torch.no_grad():
+            hidden, features = target.trunk(tokens)
+            choice = chunked_argmax(torch.gather(hidden, 1, label_pos[..., None].expand(-1, -1, hidden.shape[-1])),
+                                    target.lm_head.weight)  # (B, A*7): the target's token after a+k-1
         memory = self.drafter.memory_inputs(features, anchors) if self.drafter.cfg.memory != "off" else None
         for b, a in enumerate(anchors):  # a: (A,)
-            labels = choice[b][a[:, None] + torch.arange(block)]  # (A, 7): slot k <- choice at a+k-1
+            labels = choice[b].view(-1, block)  # (A, 7): slot k <- choice at a+k-1
             prev = torch.cat([tokens[b][a][:, None], labels[:, :-1]], dim=1)
-            out, conf = self.drafter.forward_train(features[b], tokens[b], a, prev,
-                                                   memory[b] if memory is not None else None)
-            yield a, labels, out, conf
+            states, conf = self.drafter.forward_train(features[b], tokens[b], a, prev,
+                                                      memory[b] if memory is not None else None, states_only=True)
+            yield a, labels, states, prev, conf
 
     def forward(self, tokens: torch.Tensor, anchorable: torch.Tensor):
         losses, confs, hits = [], [], []
-        for _, labels, out, conf in self.predict(tokens, anchorable):
-            ce = F.cross_entropy(out.flatten(0, 1), labels.flatten(), reduction="none").view_as(labels)
+        for _, labels, states, prev, conf in self.predict(tokens, anchorable):
+            ce, guess = chunked_head_loss(self.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten())
+            ce, guess = ce.view_as(labels), guess.view_as(labels)
             losses.append((ce * self.slot_weight).sum(-1).mean())
-            correct = (out.argmax(-1) == labels).float().cumprod(-1)  # greedy chain still right at slot k
+            correct = (guess == labels).float().cumprod(-1)  # greedy chain still right at slot k
             hits.append(correct)
             if conf is not None:
-                confs.append(F.binary_cross_entropy(conf.clamp(1e-6, 1 - 1e-6), correct))
+                confs.append(F.binary_cross_entropy(conf.float().clamp(1e-6, 1 - 1e-6), correct))
         loss = torch.stack(losses).mean()
         metrics = {"ce": loss.detach(), "tau": 1 + torch.cat(hits).sum(-1).mean()}
         if confs:
