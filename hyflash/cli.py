@@ -291,7 +291,8 @@ def cmd_train_drafter(args) -> int:
     cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
                                    markov_rank=args.markov_rank, confidence=not args.no_confidence,
                                    memory_history=args.memory_history, slot_attention=not args.no_slot_attention)
-    dest = train_drafter(target, cfg, rows, train_cfg, args.anchors)
+    dest = train_drafter(target, cfg, rows, train_cfg, args.anchors, args.eval_every, args.eval_rows,
+                         {"target": str(folder), "target_sha256": weights_sha256(folder), "seq_len": rows.seq_len})
     if is_writer():
         print(f"wrote {dest}")
     return 0
@@ -595,6 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=_positive(), default=None,
                    help="training window (default 512; a regenerated folder's own length)")
     p.add_argument("--anchors", type=_positive(), default=48, help="anchors sampled per sequence")
+    p.add_argument("--eval-every", type=_positive(), default=100, help="held-out tau every K steps (in the log)")
+    p.add_argument("--eval-rows", type=_positive(), default=16, help="held-out rows the tau is measured on")
     _add_train_flags(p, steps=600, batch=4, lr=1e-3)
     p.set_defaults(func=cmd_train_drafter)
     return parser

@@ -79,7 +79,8 @@ def test_ddp_two_ranks_match_one_process(corpus, tmp_path):
         assert torch.allclose(a[k].float(), b[k].float(), atol=2e-2), k  # bf16 files: rounding only
     # one writer: rank 0 alone wrote the model (once, by rename: no temporary folder left) and said so
     assert result.stdout.count("wrote ") == 1
-    assert sorted(p.name for p in ddp.iterdir()) == ["checkpoint", "log.jsonl", "model", "rank_checksums.json"]
+    assert sorted(p.name for p in ddp.iterdir()) == ["checkpoint", "log.jsonl", "model", "rank_checksums.json",
+                                                  "run_config.json"]
     assert sorted(p.name for p in (ddp / "model").iterdir()) == ["config.json", "model.safetensors"]
     resumed = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)  # both ranks resume, done
     assert resumed.returncode == 0 and load_file(ddp / "model" / "model.safetensors").keys() == b.keys()
@@ -256,3 +257,17 @@ def test_hybrid_from_calibration_to_the_loop(corpus, tmp_path, capsys):
     rows = {r["drafter"]: r for r in json.loads(capsys.readouterr().out)["results"]}
     assert set(rows) - {"optimum-ort"} == {"target-only", "exp", "bare", "prompt-lookup", "hybrid"}
     assert 0 <= rows["hybrid"]["lookup_share"] <= 1 and sum(b["rounds"] for b in rows["exp"]["calibration"]) > 0
+
+
+def test_drafter_training_logs_heldout_tau_and_refuses_a_resume_with_other_flags(corpus, tmp_path, capsys):
+    out = tmp_path / "d"
+    args = _drafter_args(corpus, out) + ["--eval-every", "2", "--eval-rows", "2"]
+    assert main(args) == 0
+    log = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log if "heldout_tau" in e] == [2, 3]  # every 2 steps and at the end
+    assert all(1.0 <= e["heldout_tau"] <= 8.0 and e["tokens_per_s"] > 0 for e in log if "heldout_tau" in e)
+    capsys.readouterr()
+    assert main([*args[:-4], "--lr", "5e-4", "--steps", "5"]) == 2  # a resume with another lr
+    err = capsys.readouterr().err
+    assert "other settings (lr: 0.001 -> 0.0005" in err and err.count("\n") == 1
+    assert main([*args, "--steps", "3", "--threads", "1"]) == 0  # threads may differ

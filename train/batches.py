@@ -36,14 +36,26 @@ class Rows:
         return len(self.tokens)
 
 
+HELDOUT_SEED = 12345  # held-out rows are the same at every evaluation and in every run
+
+
 class CorpusRows:
     def __init__(self, corpus: Path, tokenizer: Path, seq_len: int | None):
+        self.corpus, self.tokenizer = corpus, tokenizer
         self.stream = token_stream(corpus, tokenizer, "train")
         self.seq_len = seq_len or DEFAULT_SEQ_LEN
         self.describe = {"data": str(corpus), "kind": "corpus"}
 
     def sample(self, rng: np.random.Generator, n: int) -> Rows:
         return Rows(sample_windows(self.stream, n, self.seq_len, rng), np.ones((n, self.seq_len), bool))
+
+    def heldout(self, n: int) -> Rows | None:
+        """n fixed windows of the held-out split."""
+        stream = token_stream(self.corpus, self.tokenizer, "heldout")
+        if len(stream) <= self.seq_len:
+            return None
+        rng = np.random.default_rng(HELDOUT_SEED)
+        return Rows(sample_windows(stream, n, self.seq_len, rng), np.ones((n, self.seq_len), bool))
 
 
 class RegeneratedRows:
@@ -57,7 +69,9 @@ class RegeneratedRows:
         if seq_len not in (None, length):
             raise ValueError(f"--seq-len {seq_len} differs from the regenerated sequences' {length}; "
                              "leave --seq-len out or regenerate with --seq-len " + str(seq_len))
-        self.tokens, self.anchorable = data.tokens, response_anchors(data.prompt_len, length)
+        held = np.arange(len(data.tokens)) % 50 == 49  # one sequence in 50, never trained on
+        self.tokens, self.anchorable = data.tokens[~held], response_anchors(data.prompt_len[~held], length)
+        self.held = Rows(data.tokens[held].astype(np.int64), response_anchors(data.prompt_len[held], length))
         self.seq_len = length
         self.describe = {"data": str(folder), "kind": "regenerated", **data.summary()}
 
@@ -65,11 +79,14 @@ class RegeneratedRows:
         idx = rng.integers(0, len(self.tokens), size=n)
         return Rows(self.tokens[idx].astype(np.int64), self.anchorable[idx])
 
+    def heldout(self, n: int) -> Rows | None:
+        return self.held[:n] if len(self.held) else None
+
 
 class StreamRows:
     def __init__(self, path: Path, tokenizer, eos: int, seq_len: int | None, progress: bool = True):
         streams = build_streams(path, tokenizer, eos, progress)
-        self.stream, self.heldout = streams["train"], streams["heldout"]
+        self.stream, self.heldout_stream = streams["train"], streams["heldout"]
         self.seq_len = seq_len or DEFAULT_SEQ_LEN
         if len(self.stream.ids) < self.seq_len + 1:
             raise ValueError(f"{path}: {len(self.stream.ids)} tokens in all, fewer than one window of "
@@ -79,11 +96,18 @@ class StreamRows:
         self.describe = {"data": str(path), "kind": "documents", "documents": self.stream.documents,
                          "chats": self.stream.chats, "tokens": int(len(self.stream.ids)),
                          "trainable_tokens": int(self.stream.trainable.sum()),
-                         "heldout_documents": self.heldout.documents}
+                         "heldout_documents": self.heldout_stream.documents}
 
-    def sample(self, rng: np.random.Generator, n: int, tries: int = 1000) -> Rows:
+    def heldout(self, n: int) -> Rows | None:
+        """n fixed windows of the held-out documents (None when they are shorter than one window)."""
+        if len(self.heldout_stream.ids) <= self.seq_len or not self.heldout_stream.trainable.any():
+            return None
+        return self.sample(np.random.default_rng(HELDOUT_SEED), n, stream=self.heldout_stream)
+
+    def sample(self, rng: np.random.Generator, n: int, tries: int = 1000, stream=None) -> Rows:
         """n windows, each with at least one anchorable position (one whose next token is trainable)."""
-        t, ids, trainable = self.seq_len, self.stream.ids, self.stream.trainable
+        stream = stream or self.stream
+        t, ids, trainable = self.seq_len, stream.ids, stream.trainable
         tokens, anchorable = [], []
         for _ in range(n):
             for _ in range(tries):

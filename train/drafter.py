@@ -118,8 +118,10 @@ class Distill(nn.Module):
         return loss, metrics
 
 
-def train_drafter(target: Target, drafter_cfg: DrafterConfig, data, cfg: TrainConfig, anchors: int = 48) -> Path:
-    """`data`: rows to train on (`hyflash.train.batches.open_rows`: a corpus or regenerated folder)."""
+def train_drafter(target: Target, drafter_cfg: DrafterConfig, data, cfg: TrainConfig, anchors: int = 48,
+                  eval_every: int | None = None, eval_rows: int = 16, run_config: dict | None = None) -> Path:
+    """`data`: rows to train on (`hyflash.train.batches.open_rows`); every `eval_every` steps the log
+    gets the held-out tau and cross-entropy on `eval_rows` fixed held-out rows (`heldout_tau`)."""
     torch.manual_seed(cfg.seed)  # the same initial weights in every process and every rerun
     device = pick_device(cfg.device)  # the target first: the drafter uses its tables in place
     target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -131,7 +133,15 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig, data, cfg: TrainCo
     def loss(m, rows: Rows):
         return m(torch.from_numpy(rows.tokens), torch.from_numpy(rows.anchorable))
 
-    train(model, loss, data.sample, cfg, f"drafter-{drafter_cfg.name}")
+    held = data.heldout(eval_rows) if eval_every else None
+
+    def evaluate(m) -> dict:
+        _, metrics = loss(m, held)
+        return {"tau": metrics["tau"], "ce": metrics["ce"]}
+
+    train(model, loss, data.sample, cfg, f"drafter-{drafter_cfg.name}", evaluate if held is not None else None,
+          eval_every, {"drafter": drafter_cfg.to_dict(), "anchors": anchors, **(run_config or {}),
+                       "data": data.describe})
     dest = cfg.out / "model"
     write_folder(dest, lambda tmp: save_drafter(drafter.eval(), tmp, target_info(target)))
     return dest

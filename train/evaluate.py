@@ -71,7 +71,14 @@ def plot_training_log(log_path: Path, path: Path, title: str) -> dict:
     ax.plot(steps, loss, alpha=0.3, label="per step")
     ax.plot(steps[len(steps) - len(mean):], mean, label="25-step mean")
     ax.set(xlabel="step", ylabel="training loss (nats/token)", title=title)
-    ax.legend()
+    ax.legend(loc="upper left")
+    held = [(e["step"], e["heldout_tau"]) for e in log if "heldout_tau" in e]
+    if held:  # drafter runs: held-out tau on the right axis
+        right = ax.twinx()
+        right.plot(*zip(*held), color="tab:green", marker="o", label="held-out tau")
+        right.set_ylabel("held-out tau (tokens per round)")
+        right.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    return {"steps": int(steps[-1]), "final_loss_25": float(mean[-1]), "wall_s": log[-1]["elapsed_s"]}
+    return {"steps": int(steps[-1]), "final_loss_25": float(mean[-1]), "wall_s": log[-1]["elapsed_s"],
+            **({"final_heldout_tau": held[-1][1]} if held else {})}

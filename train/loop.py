@@ -173,11 +173,40 @@ def load_checkpoint(model, opt, cfg: TrainConfig) -> tuple[int, list[dict]]:
     return state["step"], state["log"]
 
 
+def check_run_config(out: Path, run_config: dict) -> None:
+    """A run folder records what it was started with (run_config.json); resuming it with anything else
+    (other flags, data, target) would silently mix two runs, so it is refused in one line."""
+    path = Path(out) / "run_config.json"
+    run_config = json.loads(json.dumps(run_config, default=str))  # as it reads back (tuples as lists)
+    if path.is_file():
+        old = json.loads(path.read_text())
+        diff = sorted(k for k in set(old) | set(run_config) if old.get(k) != run_config.get(k))
+        if diff:
+            shown = ", ".join(f"{k}: {old.get(k)!r} -> {run_config.get(k)!r}" for k in diff[:3])
+            raise ValueError(f"{out} holds a run started with other settings ({shown}); resume it with the same "
+                             "flags, or use another --out")
+    elif is_writer():
+        Path(out).mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(run_config, indent=1, default=str) + "\n")
+
+
+def count_tokens(batch) -> int:
+    tokens = getattr(batch, "tokens", batch)
+    return int(np.asarray(tokens).size)
+
+
 def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray], tuple[torch.Tensor, dict]],
           batch_fn: Callable[[np.random.Generator, int], np.ndarray], cfg: TrainConfig,
-          desc: str = "train") -> list[dict]:
+          desc: str = "train", eval_fn: Callable[[torch.nn.Module], dict] | None = None,
+          eval_every: int | None = None, run_config: dict | None = None) -> list[dict]:
     """Run (or resume) training. `batch_fn(rng, n)` draws n sequences; `loss_fn(model, batch)`
-    returns (mean loss, extra metrics). Returns the log: one dict per step."""
+    returns (mean loss, extra metrics); every `eval_every` steps (and at the end) `eval_fn(model)`
+    adds held-out figures to that step's log entry. `run_config` (flags, data, model) is checked on
+    resume. Returns the log: one dict per step."""
+    if run_config is not None:
+        check_run_config(cfg.out, {**run_config, **{k: str(v) if isinstance(v, Path) else v
+                                                   for k, v in dataclasses.asdict(cfg).items()
+                                                   if k not in ("threads", "device", "checkpoint_every")}})
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = pick_device(cfg.device)
@@ -202,6 +231,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
     per_rank = cfg.batch // size
     t0 = time.time() - (log[-1]["elapsed_s"] if log else 0.0)  # wall time adds up across resumes
     for step in bar:
+        t_step = time.time()
         rng = np.random.default_rng([cfg.seed, step])
         batch = batch_fn(rng, cfg.batch)[rank * per_rank:(rank + 1) * per_rank]
         for group in opt.param_groups:
@@ -218,9 +248,17 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
             stats /= size
         entry = {"step": step + 1, "loss": stats[0].item(), "lr": cfg.lr_at(step),
                  "grad_norm": float(grad_norm), "elapsed_s": round(time.time() - t0, 1),
+                 "tokens_per_s": round(count_tokens(batch) * size / (time.time() - t_step), 1),
                  **{k: v.item() for k, v in zip(extra, stats[1:])}}
+        if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step + 1 == cfg.steps):
+            was_training = model.training
+            model.eval()
+            with torch.no_grad(), autocast:
+                entry.update({f"heldout_{k}": float(v) for k, v in eval_fn(model).items()})
+            model.train(was_training)
         log.append(entry)
-        bar.set_postfix(loss=f"{entry['loss']:.3f}")
+        bar.set_postfix(loss=f"{entry['loss']:.3f}", tok_s=f"{entry['tokens_per_s']:.0f}",
+                        **({"heldout_tau": f"{entry['heldout_tau']:.2f}"} if "heldout_tau" in entry else {}))
         if rank == 0 and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
             save_checkpoint(model, opt, step + 1, cfg, log)
             with open(cfg.out / "log.jsonl", "w") as f:
