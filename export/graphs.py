@@ -95,7 +95,7 @@ def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chun
             "state_commit", "drafter",
             (_f("features", VERIFY_ROWS, feat), _i("n_valid", 1), ssm, conv),
             (_f("ssm_state_out", *ssm.shape), _f("conv_state_out", *conv.shape)))
-    outputs = (_i("draft_tokens", d.block), _f("draft_logits", d.block, d.vocab_size))
+    outputs = (_i("draft_tokens", d.block), _f("draft_logits", d.block, d.head_size))
     if d.confidence:
         outputs += (_f("confidence", d.block),)
     specs["draft_read"] = GraphSpec(

@@ -42,6 +42,7 @@ class DrafterConfig:
     confidence: bool = True  # per-slot acceptance probability head
     memory_history: int | None = None  # ablation: memory sees only the last M features (training/eager)
     slot_attention: bool = True  # ablation: False = a slot attends to the window and itself only
+    draft_vocab: int = 0  # N > 0: the head predicts only N target tokens (ids in the `d2t` buffer); 0 = all
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
 
@@ -71,12 +72,20 @@ class DrafterConfig:
                 raise ValueError("drafter: memory_history needs memory='mamba2'")
             if self.memory_history < 1:
                 raise ValueError(f"drafter: memory_history must be >= 1, got {self.memory_history}")
+        if not isinstance(self.draft_vocab, int) or not 0 <= self.draft_vocab <= self.vocab_size:
+            raise ValueError(f"drafter: draft_vocab must be 0 (all) or at most the vocabulary ({self.vocab_size}), "
+                             f"got {self.draft_vocab!r}")
         if self.window == "full" and self.memory != "off":
             raise ValueError("drafter: window='full' is the full-attention baseline; it needs memory='off'")
 
     @property
     def feature_size(self) -> int:
         return len(self.taps) * self.hidden_size
+
+    @property
+    def head_size(self) -> int:
+        """Tokens the head scores: the draft vocabulary, or the target's whole one."""
+        return self.draft_vocab or self.vocab_size
 
     @property
     def slots(self) -> int:
@@ -169,6 +178,8 @@ class Drafter(nn.Module):
         d = cfg.hidden_size
         self.register_buffer("embed", embed.detach(), persistent=False)
         self.register_buffer("lm_head", lm_head.detach(), persistent=False)
+        if cfg.draft_vocab:  # the draft vocabulary's target ids (saved with the weights), most frequent first
+            self.register_buffer("d2t", torch.arange(cfg.draft_vocab), persistent=True)
         self.fuse = nn.Linear(cfg.feature_size, d, bias=False)
         self.fuse_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.mask_embed = nn.Parameter(torch.randn(d) * 0.02)
@@ -178,7 +189,7 @@ class Drafter(nn.Module):
         self.rotary = Rotary(inv)
         if cfg.markov_rank:
             self.markov_in = nn.Embedding(cfg.vocab_size, cfg.markov_rank)
-            self.markov_out = nn.Linear(cfg.markov_rank, cfg.vocab_size, bias=False)
+            self.markov_out = nn.Linear(cfg.markov_rank, cfg.head_size, bias=False)
             nn.init.zeros_(self.markov_out.weight)  # starts as no bias at all
         if cfg.confidence:
             self.conf_head = nn.Linear(d, 1)
@@ -211,27 +222,36 @@ class Drafter(nn.Module):
         hn = self.norm(h[..., 1:, :])
         return hn, torch.sigmoid(self.conf_head(hn))[..., 0] if self.cfg.confidence else None
 
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """(N, d): the rows of the target's LM head the drafter scores (all V without a draft vocabulary)."""
+        return self.lm_head[self.d2t] if self.cfg.draft_vocab else self.lm_head
+
     def readout(self, h):
-        """h: (..., S, d) final slot states -> logits of slots 1..7 before the Markov bias (..., 7, V),
+        """h: (..., S, d) final slot states -> logits of slots 1..7 before the Markov bias (..., 7, N),
         confidence (..., 7) or None."""
         hn, conf = self.slot_states(h)
-        return hn @ self.lm_head.t(), conf
+        return hn @ self.head_weight.t(), conf
 
     def head(self, hn, prev):
-        """hn (..., d) normalised slot states, prev (...) previous-slot tokens -> logits (..., V)."""
-        logits = hn @ self.lm_head.t()
+        """hn (..., d) normalised slot states, prev (...) previous-slot tokens -> logits (..., N)."""
+        logits = hn @ self.head_weight.t()
         return logits + self.markov(prev) if self.cfg.markov_rank else logits
 
     def markov(self, prev):
-        """prev: (...) previous-slot tokens -> logit bias (..., V)."""
+        """prev: (...) previous-slot tokens (target ids) -> logit bias (..., N)."""
         return self.markov_out(self.markov_in(prev))
+
+    def target_ids(self, index: torch.Tensor) -> torch.Tensor:
+        """Head indices -> target token ids."""
+        return self.d2t[index] if self.cfg.draft_vocab else index
 
     # ------------------------------------------------------------------ run-time form (the graphs)
 
     def draft_read(self, anchor_token, anchor_pos, win_k, win_v, win_pos, ssm_state=None):
         """anchor_token, anchor_pos: (1,); win_k/win_v: (L_d, kvh, W, hd); win_pos: (W,) (-1 = empty);
-        ssm_state: (L_d, h, P, N). -> draft_tokens (7,), draft_logits (7, V), confidence (7,) or None.
-        Reads only: no state comes out."""
+        ssm_state: (L_d, h, P, N). -> draft_tokens (7,) (target ids), draft_logits (7, head_size),
+        confidence (7,) or None. Reads only: no state comes out."""
         cfg = self.cfg
         h = self.slot_inputs(anchor_token)  # (1, S, d)
         cos, sin = self.rotary(anchor_pos + torch.arange(cfg.slots))
@@ -243,16 +263,16 @@ class Drafter(nn.Module):
             # handles (a 2-D input becomes Gemm, which MatMulNBitsQuantizer silently skips)
             read = (lambda x, i=i: layer.mem.read(ssm_state[i:i + 1], x)) if layer.mem is not None else None
             h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
-        base, conf = self.readout(h)  # (1, 7, V), (1, 7)
+        base, conf = self.readout(h)  # (1, 7, N), (1, 7)
         conf = conf[0] if conf is not None else None  # (7,)
         # the Markov chain, unrolled: slot k's bias comes from slot k-1's token (the anchor for slot 1).
         # Kept 3-D, (1, 1, ·) per slot: five nodes a slot, and the bias a MatMul (int4 quantizes it)
         prev, tokens, logits = anchor_token[None], [], []  # prev: (1, 1)
         for k in range(cfg.block):
-            lk = base[:, k:k + 1]  # (1, 1, V)
+            lk = base[:, k:k + 1]  # (1, 1, N)
             if cfg.markov_rank:
                 lk = lk + self.markov(prev)
-            prev = lk.argmax(-1)  # (1, 1)
+            prev = self.target_ids(lk.argmax(-1))  # (1, 1)
             tokens.append(prev)
             logits.append(lk)
         return torch.cat(tokens, dim=1)[0], torch.cat(logits, dim=1)[0], conf

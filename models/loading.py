@@ -197,7 +197,8 @@ def resolve(path_or_name: str | Path, kind: str) -> Path:
 
 def save_drafter(drafter: Drafter, folder: Path, target_info: dict, dtype=torch.bfloat16) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    weights = {k: v.detach().contiguous().to(dtype) for k, v in drafter.state_dict().items()}
+    weights = {k: v.detach().contiguous().to(dtype) if v.is_floating_point() else v.detach().contiguous()
+               for k, v in drafter.state_dict().items()}  # the draft vocabulary's ids stay integers
     save_file(weights, folder / "model.safetensors")
     (folder / "config.json").write_text(json.dumps({"hyflash_drafter": drafter.cfg.to_dict(),
                                                     "target": target_info}, indent=1) + "\n")
@@ -238,7 +239,7 @@ def load_drafter(folder: str | Path, target: Target, overrides: dict | None = No
     except TypeError as e:
         raise ValueError(f"{folder / 'config.json'}: not a drafter config this hyflash understands ({e})") from None
     drafter = Drafter.for_target(target, cfg)
-    weights = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
+    weights = {k: v.float() if v.is_floating_point() else v for k, v in load_file(folder / "model.safetensors").items()}
     missing, unexpected = drafter.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise ValueError(f"{folder}: drafter weights do not match its config "

@@ -166,8 +166,8 @@ def check_consistency(path: Path, m: dict) -> None:
         same(f"{name}.positions shape", shape(name, "positions"), "[tokens]", [rows])
         same(f"{name}.logits shape", shape(name, "logits"), "[tokens, target.config.vocab_size]", [rows, vocab])
         same(f"{name}.features shape", shape(name, "features"), "[tokens, taps x hidden_size]", [rows, feature])
-    same("draft_read.draft_logits shape", shape("draft_read", "draft_logits"), "[block, vocab_size]",
-         [m["block"], vocab])
+    same("draft_read.draft_logits shape", shape("draft_read", "draft_logits"),
+         "[block, drafter.config.draft_vocab or vocab_size]", [m["block"], m["drafter"]["config"].get("draft_vocab") or vocab])
     same("window_shift.features shape", shape("window_shift", "features"), "[8, taps x hidden_size]",
          [VERIFY_ROWS, feature])
     if m["max_context"] <= VERIFY_ROWS:

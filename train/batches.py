@@ -49,6 +49,9 @@ class CorpusRows:
     def sample(self, rng: np.random.Generator, n: int) -> Rows:
         return Rows(sample_windows(self.stream, n, self.seq_len, rng), np.ones((n, self.seq_len), bool))
 
+    def token_counts(self, vocab: int) -> np.ndarray:
+        return np.bincount(self.stream, minlength=vocab)[:vocab]
+
     def heldout(self, n: int) -> Rows | None:
         """n fixed windows of the held-out split."""
         stream = token_stream(self.corpus, self.tokenizer, "heldout")
@@ -82,6 +85,10 @@ class RegeneratedRows:
     def heldout(self, n: int) -> Rows | None:
         return self.held[:n] if len(self.held) else None
 
+    def token_counts(self, vocab: int) -> np.ndarray:
+        """Counts over the responses (what the drafter will be asked to draft)."""
+        return np.bincount(self.tokens[self.anchorable], minlength=vocab)[:vocab]
+
 
 class StreamRows:
     def __init__(self, path: Path, tokenizer, eos: int, seq_len: int | None, progress: bool = True):
@@ -97,6 +104,10 @@ class StreamRows:
                          "chats": self.stream.chats, "tokens": int(len(self.stream.ids)),
                          "trainable_tokens": int(self.stream.trainable.sum()),
                          "heldout_documents": self.heldout_stream.documents}
+
+    def token_counts(self, vocab: int) -> np.ndarray:
+        """Counts over the trainable tokens (what the drafter will be asked to draft)."""
+        return np.bincount(self.stream.ids[self.stream.trainable], minlength=vocab)[:vocab]
 
     def heldout(self, n: int) -> Rows | None:
         """n fixed windows of the held-out documents (None when they are shorter than one window)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -35,7 +36,8 @@ def chunked_argmax(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor, labels: torch.Tensor):
-    """Cross-entropy and argmax of `drafter.head(states, prev)` for (N, d) states: at a large vocabulary
+    """Cross-entropy and argmax (as target ids) of `drafter.head(states, prev)` for (N, d) states and
+    target-id labels: at a large vocabulary
     a chunk of rows at a time, each chunk's logits recomputed in backward instead of kept."""
     rows = max(1, LOGIT_BUDGET // drafter.cfg.vocab_size)
     if len(states) <= rows:
@@ -46,8 +48,14 @@ def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor
 
 
 def _head_loss(drafter: Drafter, states, prev, labels):
+    """labels: target ids; with a draft vocabulary a label outside it has no loss (it cannot be drafted)."""
     logits = drafter.head(states, prev).float()
-    return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(-1)
+    if drafter.cfg.draft_vocab:
+        index = torch.full((drafter.cfg.vocab_size,), -100, dtype=torch.long, device=labels.device)
+        index[drafter.d2t] = torch.arange(drafter.cfg.draft_vocab, device=labels.device)
+        labels = index[labels]
+    ce = F.cross_entropy(logits, labels, reduction="none", ignore_index=-100)
+    return ce, drafter.target_ids(logits.argmax(-1))
 
 
 def draw_anchors(tokens: torch.Tensor, anchorable: torch.Tensor, block: int, anchors: int) -> torch.Tensor:
@@ -104,7 +112,7 @@ class Distill(nn.Module):
         losses, confs, hits = [], [], []
         for _, labels, states, prev, conf in self.predict(tokens, anchorable):
             ce, guess = chunked_head_loss(self.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten())
-            ce, guess = ce.view_as(labels), guess.view_as(labels)
+            ce, guess = ce.view_as(labels), guess.view_as(labels)  # guess: target ids
             losses.append((ce * self.slot_weight).sum(-1).mean())
             correct = (guess == labels).float().cumprod(-1)  # greedy chain still right at slot k
             hits.append(correct)
@@ -128,6 +136,9 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig, data, cfg: TrainCo
     drafter = Drafter.for_target(target, drafter_cfg)
     with torch.no_grad():
         drafter.norm.weight.copy_(target.norm.weight)  # start from the target's final norm
+        if drafter_cfg.draft_vocab:  # the N tokens most frequent in the training data
+            counts = data.token_counts(drafter_cfg.vocab_size)
+            drafter.d2t.copy_(torch.from_numpy(np.argsort(-counts, kind="stable")[:drafter_cfg.draft_vocab].copy()))
     model = Distill(drafter, target, anchors)
 
     def loss(m, rows: Rows):
