@@ -302,26 +302,37 @@ def cmd_train_drafter(args) -> int:
 def cmd_regenerate(args) -> int:
     from hyflash.models.loading import load_target, resolve, weights_sha256
     from hyflash.runtime_py.manifest import sha256
-    from hyflash.train.batches import corpus_tokenizer
+    from hyflash.train.batches import corpus_tokenizer, is_corpus
     from hyflash.train.data import token_stream
-    from hyflash.train.regenerate import RegenConfig, regenerate
+    from hyflash.train.regenerate import ChatPrompts, RegenConfig, regenerate
+    from hyflash.train.sources import chat_prompts, end_of_text_ids, load_tokenizer
 
     try:
         lo, hi = (int(x) for x in args.prompt_len.split(".."))
     except ValueError:
         raise CliError(f"--prompt-len must be a..b (two integers), got {args.prompt_len!r}") from None
+    if not Path(args.prompts_from).exists():
+        raise CliError(f"{args.prompts_from}: no such file or folder; --prompts-from takes a corpus folder "
+                       "(`hyflash corpus`) or a chat .jsonl")
     cfg = RegenConfig(tokens=args.tokens, greedy_share=args.greedy_share, temperature=args.temperature,
-                      prompt_len=(lo, hi), seq_len=args.seq_len, batch=args.batch, seed=args.seed)
+                      prompt_len=(lo, hi) if is_corpus(args.prompts_from) else None, seq_len=args.seq_len,
+                      batch=args.batch, seed=args.seed)
     folder = resolve(args.target, "target")
-    tokenizer = args.tokenizer or corpus_tokenizer(folder, args.prompts_from)
-    stream = token_stream(args.prompts_from, tokenizer, "train")
+    if is_corpus(args.prompts_from):
+        tokenizer = args.tokenizer or corpus_tokenizer(folder, args.prompts_from)
+        prompts = token_stream(args.prompts_from, tokenizer, "train")
+        tok_sha = sha256(tokenizer)
+    else:  # chats, rendered by the target's own template; the target answers up to its EOS
+        tok = load_tokenizer(folder)
+        prompts = ChatPrompts(chat_prompts(args.prompts_from, tok, args.seq_len), tuple(end_of_text_ids(folder, tok)))
+        tok_sha = sha256(folder / "tokenizer.json") if (folder / "tokenizer.json").is_file() else ""
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     source = {"target": str(folder), "target_sha256": weights_sha256(folder), "prompts_from": str(args.prompts_from),
-              "split": "train", "tokenizer_sha256": sha256(tokenizer)}
-    summary = regenerate(load_target(folder), stream, cfg, args.out, source)
+              "split": "train", "tokenizer_sha256": tok_sha}
+    summary = regenerate(load_target(folder), prompts, cfg, args.out, source)
     print(json.dumps(summary))
     return 0
 
@@ -351,7 +362,7 @@ def cmd_calibrate(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     rounds = measure_rounds(target, drafter, data.tokens[greedy],
-                            response_anchors(data.prompt_len[greedy], data.tokens.shape[1]))
+                            response_anchors(data.prompt_len[greedy], data.tokens.shape[1], data.length[greedy]))
     cal = {**calibration(rounds), "data": str(args.data), "sequences": int(greedy.size)}
     cal["mean_accepted"]["hybrid"] = float(hybrid_rounds(cal, rounds).mean())
     path = write(cal, drafter_dir)
@@ -556,13 +567,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("regenerate", help="the target writes its own continuations of training prompts")
     p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")
-    p.add_argument("--prompts-from", type=Path, default=Path("data/corpus"), help="a corpus folder (its train split)")
+    p.add_argument("--prompts-from", type=Path, default=Path("data/corpus"),
+                   help="a corpus folder (prompts cut from its train split) or a chat .jsonl (the target answers "
+                        "every assistant turn, rendered with its own template)")
     p.add_argument("--tokenizer", type=Path, default=None, help="default: the target's tokenizer.json")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--tokens", type=_positive(), default=1_000_000, help="response tokens to write, at least")
     p.add_argument("--greedy-share", type=float, default=0.5, help="share of sequences decoded greedily")
     p.add_argument("--temperature", type=float, default=1.0, help="for the sampled share")
-    p.add_argument("--prompt-len", default="64..384", help="prompt lengths a..b (one per batch)")
+    p.add_argument("--prompt-len", default="64..384", help="corpus prompts: lengths a..b (one per batch)")
     p.add_argument("--seq-len", type=_positive(), default=512, help="prompt + response tokens")
     p.add_argument("--batch", type=_positive(), default=32, help="sequences decoded at once")
     p.add_argument("--seed", type=int, default=0)

@@ -91,15 +91,17 @@ class Layer(nn.Module):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def project_rows(self, x, cos, sin):
-        """x: (B, n, H) -> q (B, n, heads, hd), k and v (B, n, kv_heads, hd), RoPE applied: the
-        layout the in-place cache kernels take, with no transpose in the graph."""
+        """x: (B, n, H); cos/sin (n, rot), or (B, n, rot) when each sequence has its own positions ->
+        q (B, n, heads, hd), k and v (B, n, kv_heads, hd), RoPE applied: the layout the in-place cache
+        kernels take, with no transpose in the graph."""
         b, n, _ = x.shape
         hd = self.cfg.head_dim
         q, k, v = self.qkv(self.attn_norm(x)).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k, v = q.view(b, n, -1, hd), k.view(b, n, -1, hd), v.view(b, n, -1, hd)
         if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = cos[:, None], sin[:, None]  # (n, 1, rot): one angle per row, for every head
+        # (n, 1, rot), or (B, n, 1, rot) for per-sequence positions: one angle per row, for every head
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
     def finish(self, x, attn):

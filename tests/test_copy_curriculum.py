@@ -37,6 +37,12 @@ def test_batched_decoding_equals_the_targets_own():
     for row, out in zip(prompts.tolist(), got.tolist()):
         assert out == greedy(model, row, 12, max_context=64)
     assert len({tuple(r) for r in got.tolist()}) > 1
+    # prompts of different lengths, left-padded: each row still decodes as it would alone
+    lengths = [40, 25, 33]
+    padded = torch.stack([torch.cat([torch.full((40 - n,), 5), row[:n]]) for row, n in zip(prompts, lengths)])
+    got_padded = decode_batch(model, padded, 12, pad=torch.tensor([40 - n for n in lengths]))
+    for row, n, out in zip(prompts.tolist(), lengths, got_padded.tolist()):
+        assert out == greedy(model, row[:n], 12, max_context=64)
     sampled = decode_batch(model, prompts[:1], 12, torch.ones(1), torch.Generator().manual_seed(7))
     assert sampled[0].tolist() == generate(model, prompts[0].tolist(), 12, 64, generator=torch.Generator().manual_seed(7))
     assert sampled[0].tolist() != got[0].tolist()

@@ -5,6 +5,7 @@ templates, special tokens at the real ids, and end-of-text from generation_confi
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
@@ -98,3 +99,46 @@ def test_train_export_validate_generate_at_a_real_vocabulary(family, tmp_path, c
         assert main(["generate", str(out), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", "20",
                      "--ignore-eos", "--json"] + (["--no-draft"] if draft == "none" else [])) == 0
         assert json.loads(capsys.readouterr().out)["tokens"] == ref
+
+
+def test_regenerate_answers_chat_prompts_and_trains_on_the_answers(tmp_path, capsys):
+    """regenerate from a chat .jsonl: every assistant turn's history, rendered by the target's template,
+    answered by the target up to its EOS (greedy rows = transformers' greedy answer); train-drafter reads
+    the folder with anchors inside the answers only."""
+    from hyflash.train.batches import open_rows
+    from hyflash.train.regenerate import load_regenerated
+
+    target = tmp_path / "target"
+    hf = write_checkpoint("qwen3", target)
+    data = chat_jsonl(tmp_path / "chat.jsonl", n=12)
+    out = tmp_path / "regen"
+    assert main(["regenerate", "--target", str(target), "--prompts-from", str(data), "--out", str(out),
+                 "--batch", "4", "--seq-len", "72", "--greedy-share", "1.0", "--threads", "2"]) == 0
+    regen = load_regenerated(out)
+    tok = load_tokenizer(target)
+    eos = FAMILIES["qwen3"][2]
+    assert len(regen.tokens) >= 8 and (regen.length <= 72).all()
+    for row, p, n in zip(regen.tokens[:3], regen.prompt_len, regen.length):
+        prompt = row[:p].tolist()
+        assert prompt[-3:] == tok.convert_tokens_to_ids(["<|im_start|>", "assistant", "\n"])  # the generation prompt
+        with torch.no_grad():
+            ref = hf.generate(torch.tensor([prompt]), max_new_tokens=72 - p, do_sample=False, eos_token_id=eos,
+                              pad_token_id=0)[0, p:].tolist()
+        assert row[p:n].tolist() == ref[:n - p]  # up to and including the first EOS, or to seq_len
+    # an answer stops at its first EOS (kept), the rest of the row EOS-filled: take as EOS the third token
+    # the target answers to the first prompt
+    from hyflash.models.loading import load_target
+    from hyflash.train.regenerate import ChatPrompts, RegenConfig, make_shard
+
+    p0, first = int(regen.prompt_len[0]), regen.tokens[0]
+    stop = int(first[p0 + 2])
+    cfg = RegenConfig(batch=2, seq_len=72, greedy_share=1.0, prompt_len=None)
+    shard = make_shard(load_target(target), ChatPrompts([first[:p0].tolist()] * 2, (stop,)), cfg, 0)
+    cut = p0 + 1 + next(i for i, t in enumerate(first[p0:]) if t == stop)
+    assert shard["length"].tolist() == [cut, cut] and (shard["tokens"][:, cut:] == stop).all()
+    assert (shard["tokens"][0, :cut] == first[:cut]).all()
+    rows = open_rows(out, target, None, None)
+    allowed = rows.sample(np.random.default_rng(0), 8)
+    for toks, ok in zip(allowed.tokens, allowed.anchorable):
+        i = int(np.flatnonzero((regen.tokens == toks).all(1))[0])
+        assert not ok[:regen.prompt_len[i] - 1].any() and not ok[regen.length[i] - 1:].any()

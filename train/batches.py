@@ -73,8 +73,9 @@ class RegeneratedRows:
             raise ValueError(f"--seq-len {seq_len} differs from the regenerated sequences' {length}; "
                              "leave --seq-len out or regenerate with --seq-len " + str(seq_len))
         held = np.arange(len(data.tokens)) % 50 == 49  # one sequence in 50, never trained on
-        self.tokens, self.anchorable = data.tokens[~held], response_anchors(data.prompt_len[~held], length)
-        self.held = Rows(data.tokens[held].astype(np.int64), response_anchors(data.prompt_len[held], length))
+        allowed = response_anchors(data.prompt_len, length, data.length)
+        self.tokens, self.anchorable = data.tokens[~held], allowed[~held]
+        self.held = Rows(data.tokens[held].astype(np.int64), allowed[held])
         self.seq_len = length
         self.describe = {"data": str(folder), "kind": "regenerated", **data.summary()}
 
@@ -134,9 +135,12 @@ class StreamRows:
         return Rows(np.stack(tokens), np.stack(anchorable))
 
 
-def response_anchors(prompt_len: np.ndarray, length: int) -> np.ndarray:
-    """(n, length) bool: from each row's last prompt token on (its drafts are the response's tokens)."""
-    return np.arange(length)[None, :] >= (np.asarray(prompt_len)[:, None] - 1)
+def response_anchors(prompt_len: np.ndarray, length: int, end: np.ndarray | None = None) -> np.ndarray:
+    """(n, length) bool: from each row's last prompt token on (its drafts are the response's tokens),
+    up to the row's end (`end`: its prompt + answer length; the answer's last token is no anchor)."""
+    pos = np.arange(length)[None, :]
+    allowed = pos >= (np.asarray(prompt_len)[:, None] - 1)
+    return allowed if end is None else allowed & (pos < np.asarray(end)[:, None] - 1)
 
 
 def is_corpus(path: Path) -> bool:

@@ -3,13 +3,15 @@
 A drafter is used on the target's own text, so it should learn from it: slot k must guess the
 target's choice after the target's *own* chain, which a corpus label (the choice after the
 corpus' prefix) matches only part of the time. Each sequence here is a prompt cut from the
-training split, then the target's continuation up to `seq_len` tokens: greedy for a share of the
-sequences, sampled at `temperature` for the rest.
+training split (or, from a chat .jsonl, a conversation up to an assistant turn rendered with the
+target's template), then the target's continuation up to `seq_len` tokens (a chat answer up to its
+EOS): greedy for a share of the sequences, sampled at `temperature` for the rest.
 
 The output folder (resumable; every shard is a pure function of the config and its index):
 
 - `config.json`: what was asked (target, its weights' sha256, the prompt source, every setting);
-- `shard-NNNNN.npz`: `tokens` (B, seq_len) int32, `prompt_len` (B,) int32, `greedy` (B,) bool;
+- `shard-NNNNN.npz`: `tokens` (B, seq_len) int32, `prompt_len` (B,) int32, `greedy` (B,) bool,
+  `length` (B,) int32 (a chat answer stops at its first EOS; the row is EOS-filled after it);
 - `checksums.json`: sha256 of every finished shard, written after each one;
 - `throughput.json`: batched decoding against one sequence at a time, measured at the start.
 """
@@ -38,13 +40,13 @@ class RegenConfig:
     tokens: int = 1_000_000  # response tokens to write, at least (whole batches)
     greedy_share: float = 0.5
     temperature: float = 1.0
-    prompt_len: tuple[int, int] = (64, 384)  # drawn once per batch (a batch shares one prompt length)
+    prompt_len: tuple[int, int] | None = (64, 384)  # drawn once per batch; None for chat prompts (their own)
     seq_len: int = 512  # prompt + response
     batch: int = 32
     seed: int = 0
 
     def __post_init__(self):
-        lo, hi = self.prompt_len
+        lo, hi = self.prompt_len or (1, 1)
         if not 1 <= lo <= hi < self.seq_len:
             raise ValueError(f"--prompt-len {lo}..{hi} must satisfy 1 <= a <= b < --seq-len {self.seq_len}")
         if not 0 <= self.greedy_share <= 1:
@@ -56,8 +58,9 @@ class RegenConfig:
 
     @property
     def shards(self) -> int:
-        """Whole batches until `tokens` response tokens; a batch's response is at least seq_len - b."""
-        per = self.batch * (self.seq_len - self.prompt_len[1])
+        """Whole batches until `tokens` response tokens; a batch's response is at least seq_len - b
+        (chat: counted as half the sequence)."""
+        per = self.batch * (self.seq_len - self.prompt_len[1] if self.prompt_len else self.seq_len // 2)
         return -(-self.tokens // per)
 
 
@@ -71,8 +74,23 @@ def _write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def make_shard(model: Target, stream: np.ndarray, cfg: RegenConfig, index: int) -> dict[str, np.ndarray]:
-    """Shard `index`: its prompts, greedy rows and sampling draws all come from (seed, index)."""
+@dataclasses.dataclass
+class ChatPrompts:
+    """Chat prompts: each a conversation up to an assistant turn, rendered by the target's template with
+    the generation prompt (`hyflash.train.sources.chat_prompts`); the target answers until an EOS id."""
+    prompts: list[list[int]]
+    eos: tuple[int, ...]
+
+    def shards(self, cfg: RegenConfig) -> int:
+        return min(cfg.shards, -(-len(self.prompts) // cfg.batch))
+
+
+def make_shard(model: Target, source, cfg: RegenConfig, index: int) -> dict[str, np.ndarray]:
+    """Shard `index` of a token stream (prompts cut from it) or of `ChatPrompts`: its prompts, greedy
+    rows and sampling draws all come from (seed, index)."""
+    if isinstance(source, ChatPrompts):
+        return _chat_shard(model, source, cfg, index)
+    stream = source
     rng = np.random.default_rng([cfg.seed, index])
     p = int(rng.integers(cfg.prompt_len[0], cfg.prompt_len[1] + 1))
     starts = rng.integers(0, len(stream) - p, size=cfg.batch)
@@ -82,7 +100,32 @@ def make_shard(model: Target, stream: np.ndarray, cfg: RegenConfig, index: int) 
     gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
     new = decode_batch(model, torch.from_numpy(prompts), cfg.seq_len - p, temperature, gen).numpy()
     return {"tokens": np.concatenate([prompts, new], axis=1).astype(np.int32),
-            "prompt_len": np.full(cfg.batch, p, np.int32), "greedy": greedy}
+            "prompt_len": np.full(cfg.batch, p, np.int32), "greedy": greedy,
+            "length": np.full(cfg.batch, cfg.seq_len, np.int32)}
+
+
+def _chat_shard(model: Target, chats: ChatPrompts, cfg: RegenConfig, index: int) -> dict[str, np.ndarray]:
+    """Prompts index*B.. (left-padded to one length for decoding); each answer runs to its first EOS
+    (kept) or to seq_len; the row is stored left-aligned, EOS-filled after `length`."""
+    rng = np.random.default_rng([cfg.seed, index])
+    rows = chats.prompts[index * cfg.batch:(index + 1) * cfg.batch]
+    lens = np.array([len(r) for r in rows])
+    width = int(lens.max())
+    padded = torch.tensor([[chats.eos[0]] * (width - len(r)) + r for r in rows])
+    greedy = rng.random(len(rows)) < cfg.greedy_share
+    temperature = torch.from_numpy(np.where(greedy, 0.0, cfg.temperature))
+    gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    new = decode_batch(model, padded, cfg.seq_len - int(lens.min()), temperature, gen,
+                       pad=torch.from_numpy(width - lens)).numpy()
+    tokens = np.full((len(rows), cfg.seq_len), chats.eos[0], np.int32)
+    length = np.zeros(len(rows), np.int32)
+    for b, (prompt, answer) in enumerate(zip(rows, new)):
+        answer = answer[:cfg.seq_len - len(prompt)]
+        stop = next((i + 1 for i, t in enumerate(answer) if int(t) in chats.eos), len(answer))
+        row = prompt + answer[:stop].tolist()
+        tokens[b, :len(row)] = row
+        length[b] = len(row)
+    return {"tokens": tokens, "prompt_len": lens.astype(np.int32), "greedy": greedy, "length": length}
 
 
 def _save_npz(path: Path, arrays: dict) -> None:
@@ -93,13 +136,17 @@ def _save_npz(path: Path, arrays: dict) -> None:
     tmp.replace(path)
 
 
-def regenerate(model: Target, stream: np.ndarray, cfg: RegenConfig, out: Path, source: dict,
+def regenerate(model: Target, prompts, cfg: RegenConfig, out: Path, source: dict,
                progress: bool = True) -> dict:
-    """Write (or resume) the folder; returns its summary. `source` (target path and sha256, prompt
-    source) goes into config.json: a folder made from other settings or another target is refused."""
+    """Write (or resume) the folder; returns its summary. `prompts`: a token stream to cut prompts from,
+    or `ChatPrompts`. `source` (target path and sha256, prompt source) goes into config.json: a folder
+    made from other settings or another target is refused."""
     out = Path(out)
-    config = {"format": FORMAT, **source, **dataclasses.asdict(cfg), "shards": cfg.shards}
-    config["prompt_len"] = list(cfg.prompt_len)
+    chat = isinstance(prompts, ChatPrompts)
+    shards = prompts.shards(cfg) if chat else cfg.shards
+    config = {"format": FORMAT, **source, **dataclasses.asdict(cfg), "shards": shards,
+              "prompts": "chat" if chat else "stream"}
+    config["prompt_len"] = list(cfg.prompt_len) if cfg.prompt_len else None
     if (out / "config.json").is_file():
         old = json.loads((out / "config.json").read_text())
         if old != config:
@@ -109,22 +156,22 @@ def regenerate(model: Target, stream: np.ndarray, cfg: RegenConfig, out: Path, s
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "config.json", config)
     sums = json.loads((out / "checksums.json").read_text()) if (out / "checksums.json").is_file() else {}
-    if not (out / "throughput.json").is_file():
-        _write_json(out / "throughput.json", measure_throughput(model, stream, cfg))
+    if not chat and not (out / "throughput.json").is_file():
+        _write_json(out / "throughput.json", measure_throughput(model, prompts, cfg))
     model.eval()
-    bar = tqdm(range(cfg.shards), desc="regenerate", unit="shard", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(range(shards), desc="regenerate", unit="shard", disable=not progress, dynamic_ncols=True)
     for i in bar:
         name = f"shard-{i:05d}.npz"
         if name in sums and (out / name).is_file() and sha256(out / name) == sums[name]:
             continue  # done in an earlier run
         t = time.perf_counter()
-        shard = make_shard(model, stream, cfg, i)
+        shard = make_shard(model, prompts, cfg, i)
         _save_npz(out / name, shard)
         sums[name] = sha256(out / name)
         _write_json(out / "checksums.json", sums)
-        written = int((cfg.seq_len - shard["prompt_len"]).sum())
+        written = int((shard["length"] - shard["prompt_len"]).sum())
         bar.set_postfix(tok_s=f"{written / (time.perf_counter() - t):.0f}")
-    return {"folder": str(out), "shards": cfg.shards, **load_regenerated(out).summary()}
+    return {"folder": str(out), "shards": shards, **load_regenerated(out).summary()}
 
 
 def measure_throughput(model: Target, stream: np.ndarray, cfg: RegenConfig, new: int = 64) -> dict:
@@ -144,15 +191,17 @@ def measure_throughput(model: Target, stream: np.ndarray, cfg: RegenConfig, new:
 
 @dataclasses.dataclass
 class Regenerated:
-    """A regenerated folder, loaded and checked: tokens (n, seq_len) int32, prompt_len (n,), greedy (n,)."""
+    """A regenerated folder, loaded and checked: tokens (n, seq_len) int32, prompt_len (n,), greedy (n,),
+    length (n,) (tokens of the row that are prompt or answer; a chat answer ends at its EOS)."""
     folder: Path
     config: dict
     tokens: np.ndarray
     prompt_len: np.ndarray
     greedy: np.ndarray
+    length: np.ndarray
 
     def summary(self) -> dict:
-        return {"sequences": len(self.tokens), "response_tokens": int((self.tokens.shape[1] - self.prompt_len).sum()),
+        return {"sequences": len(self.tokens), "response_tokens": int((self.length - self.prompt_len).sum()),
                 "greedy_sequences": int(self.greedy.sum())}
 
 
@@ -177,6 +226,7 @@ def load_regenerated(folder: Path) -> Regenerated:
             raise ValueError(f"{folder / n}: checksum mismatch (changed after it was written); delete it and "
                              "rerun `hyflash regenerate` to write it again")
         with np.load(folder / n) as z:
-            parts.append((z["tokens"], z["prompt_len"], z["greedy"]))
-    tokens, plen, greedy = (np.concatenate(x) for x in zip(*parts))
-    return Regenerated(folder, config, tokens, plen, greedy)
+            length = z["length"] if "length" in z else np.full(len(z["tokens"]), z["tokens"].shape[1], np.int32)
+            parts.append((z["tokens"], z["prompt_len"], z["greedy"], length))
+    tokens, plen, greedy, length = (np.concatenate(x) for x in zip(*parts))
+    return Regenerated(folder, config, tokens, plen, greedy, length)

@@ -41,19 +41,43 @@ class Document:
         return int.from_bytes(hashlib.sha256(self.key).digest()[:4], "little") % HELDOUT_EVERY == 0
 
 
-def end_of_text(folder: Path, tokenizer=None) -> int:
-    """The target's end-of-text id: generation_config.json, else config.json, else the tokenizer's."""
+def end_of_text_ids(folder: Path, tokenizer=None) -> list[int]:
+    """The target's end-of-text ids: generation_config.json, else config.json, else the tokenizer's."""
     for name in ("generation_config.json", "config.json"):
         path = Path(folder) / name
         if path.is_file():
             eos = json.loads(path.read_text()).get("eos_token_id")
             if isinstance(eos, list) and eos:
-                return int(eos[0])
+                return [int(e) for e in eos]
             if isinstance(eos, int):
-                return eos
+                return [eos]
     if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
-        return int(tokenizer.eos_token_id)
+        return [int(tokenizer.eos_token_id)]
     raise ValueError(f"{folder}: no end-of-text id (set eos_token_id in generation_config.json or config.json)")
+
+
+def end_of_text(folder: Path, tokenizer=None) -> int:
+    """The first end-of-text id: what joins documents."""
+    return end_of_text_ids(folder, tokenizer)[0]
+
+
+def chat_prompts(path: Path, tokenizer, max_len: int) -> list[list[int]]:
+    """Every assistant turn of the training-side chats as a prompt for the target to answer: the
+    conversation before it, rendered with the template's generation prompt (longer than max_len: left out)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the target has no chat template (chat_template.jinja or tokenizer_config.json) to "
+                         "render chat prompts with")
+    out = []
+    for doc in read_documents(path):
+        if doc.messages is None or doc.heldout:
+            continue
+        ids = tokenizer.apply_chat_template(list(doc.messages[:-1]), tokenize=True, add_generation_prompt=True)
+        if len(ids) < max_len:
+            out.append(list(ids))
+    if not out:
+        raise ValueError(f"{path}: no chat prompt shorter than --seq-len {max_len} (a .jsonl of "
+                         "{\"messages\": [...]} with assistant turns)")
+    return out
 
 
 def load_tokenizer(folder: Path):
