@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -48,7 +49,9 @@ def main() -> None:
     t = time.time()
     loss, _ = model(tokens, extra)
     loss.backward()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    code = os.path.dirname(os.path.realpath(inspect.getfile(Distill)))  # the checkout this code came from
+    commit = subprocess.run(["git", "-C", code, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
     print(json.dumps({"commit": commit, "geometry": "qwen3-0.6b (random weights)",
                       "target_params": sum(p.numel() for p in target.parameters()),
                       "batch": BATCH, "seq_len": SEQ, "anchors": ANCHORS,
