@@ -340,11 +340,11 @@ class Drafter(nn.Module):
         cfg = self.cfg
         t = features.shape[0]
         c = self.fused(features)  # (T, d)
-        cos_c, sin_c = self.rotary(torch.arange(t))
-        slot_pos = anchors[:, None] + torch.arange(cfg.slots)  # (A, S)
+        cos_c, sin_c = self.rotary(torch.arange(t, device=features.device))
+        slot_pos = anchors[:, None] + torch.arange(cfg.slots, device=features.device)  # (A, S)
         cos, sin = self.rotary(slot_pos.flatten())
         cos, sin = cos.unflatten(0, slot_pos.shape)[:, None], sin.unflatten(0, slot_pos.shape)[:, None]
-        pos = torch.arange(t)
+        pos = torch.arange(t, device=features.device)
         ctx = pos[None, :] < anchors[:, None]  # (A, T)
         if cfg.window != "full":
             ctx = ctx & (pos[None, :] >= anchors[:, None] - cfg.window)

@@ -89,7 +89,7 @@ class Memory(nn.Module):
         """c: ([B,] T, d) -> conv outputs ([B,] T, C) and the other projections ([B,] T, extra), zero history."""
         proj = self.in_proj(c)
         u = proj[..., :self.conv_channels]
-        pad = torch.zeros(*u.shape[:-2], self.kernel - 1, self.conv_channels, dtype=c.dtype)
+        pad = torch.zeros(*u.shape[:-2], self.kernel - 1, self.conv_channels, dtype=c.dtype, device=c.device)
         return self.conv(torch.cat([pad, u], dim=-2), c.shape[-2]), proj[..., self.conv_channels:]
 
     def states_batch(self, c, anchors, history=None):
@@ -135,7 +135,7 @@ class Mamba2(Memory):
         conv_out, rest = self.train_inputs(c)
         x, B, dt = self.split(conv_out, rest)  # (T, h, P), (T, N), (T, h)
         cum = torch.cumsum((dt * -torch.exp(self.A_log)).double(), 0)  # (T, h) inclusive, fp64
-        t = torch.arange(c.shape[0])
+        t = torch.arange(c.shape[0], device=c.device)
         seen = t[None, :] < anchors[:, None]  # (A, T)
         if history is not None:
             seen = seen & (t[None, :] >= anchors[:, None] - history)
@@ -200,7 +200,7 @@ class GatedDeltaNet(Memory):
         k, v, g, beta = self.split(*self.train_inputs(c))  # (B, T, h, ...)
         needed = sorted(set(anchors.flatten().tolist()))
         row = {a: i for i, a in enumerate(needed)}
-        S = torch.zeros(c.shape[0], self.heads, self.head_dim, self.d_state, dtype=c.dtype)
+        S = torch.zeros(c.shape[0], self.heads, self.head_dim, self.d_state, dtype=c.dtype, device=c.device)
         kept = [S] if needed[0] == 0 else []
         for t in range(needed[-1]):
             S = self.step(S, k[:, t], v[:, t], g[:, t], beta[:, t])

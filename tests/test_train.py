@@ -183,6 +183,9 @@ def test_anchors_fall_in_the_response():
     none[1, :] = False
     with pytest.raises(ValueError, match="allows no anchor"):
         draw_anchors(tokens, none, 7, 16)
+    # a chat answer ending at 20 (EOS filler after it): every anchor's 7 labels lie inside the answer
+    ends = response_anchors(np.array([5]), 40, np.array([20]))[0]
+    assert np.flatnonzero(ends).tolist() == list(range(4, 13))
 
 
 def test_train_drafter_on_regenerated_text(corpus, tmp_path, capsys):
@@ -256,3 +259,52 @@ def test_hybrid_from_calibration_to_the_loop(corpus, both_formats, tmp_path, cap
     rows = {r["drafter"]: r for r in json.loads(capsys.readouterr().out)["results"]}
     assert set(rows) - {"optimum-ort"} == {"target-only", "exp", "twin", "prompt-lookup", "hybrid-exp", "hybrid-twin"}
     assert 0 <= rows["hybrid-exp"]["lookup_share"] <= 1 and sum(b["rounds"] for b in rows["exp"]["calibration"]) > 0
+
+
+def test_drafter_training_logs_heldout_tau_and_refuses_a_resume_with_other_flags(corpus, tmp_path, capsys):
+    out = tmp_path / "d"
+    args = _drafter_args(corpus, out) + ["--eval-every", "2", "--eval-rows", "2"]
+    assert main(args) == 0
+    log = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log if "heldout_tau" in e] == [2, 3]  # every 2 steps and at the end
+    assert all(1.0 <= e["heldout_tau"] <= 8.0 and e["tokens_per_s"] > 0 for e in log if "heldout_tau" in e)
+    capsys.readouterr()
+    assert main([*args[:-4], "--lr", "5e-4", "--steps", "5"]) == 2  # a resume with another lr
+    err = capsys.readouterr().err
+    assert "other settings (lr: 0.001 -> 0.0005" in err and err.count("\n") == 1
+    assert main([*args, "--steps", "3", "--threads", "1"]) == 0  # threads may differ
+
+
+def test_draft_vocabulary_trains_exports_and_stays_exact(corpus, tmp_path):
+    """--draft-vocab 64: the head scores the 64 most frequent tokens of the data, the exported draft_read
+    maps them back to target ids, and greedy speculative output is still the target's own."""
+    from hyflash.export.validate import summarize, validate
+    from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+    from hyflash.train.data import token_stream
+
+    data, run = corpus
+    out = tmp_path / "d"
+    assert main(_drafter_args(corpus, out) + ["--draft-vocab", "64"]) == 0
+    w = load_file(out / "model" / "model.safetensors")
+    counts = np.bincount(token_stream(data, data / "tokenizer.json", "train"), minlength=320)
+    assert w["d2t"].dtype == torch.int64 and w["markov_out.weight"].shape[0] == 64
+    assert set(w["d2t"].tolist()) == set(np.argsort(-counts, kind="stable")[:64].tolist())
+    exp = tmp_path / "exp"
+    assert main(["export", "--target", str(run / "model"), "--drafter", str(out / "model"), "--out", str(exp),
+                 "--format", "onnx", "--max-context", "96", "--prefill-chunk", "16"]) == 0
+    rows = summarize(validate(exp))
+    assert all(r.ok for r in rows), [r for r in rows if not r.ok]
+    rt = Runtime(exp)
+    assert rt.contract.graph("draft_read")["outputs"][1]["shape"] == [7, 64]
+    prompt = token_stream(data, data / "tokenizer.json", "heldout")[:30].tolist()
+    drafted = []
+    draft = rt.draft
+    rt.draft = lambda *a, **k: drafted.append(draft(*a, **k).copy()) or drafted[-1]
+    runs = []
+    for mode in ("model", "none"):
+        stats = Stats()
+        for _ in rt.generate(prompt, GenerationConfig(max_new_tokens=30, draft=mode, ignore_eos=True), stats):
+            pass
+        runs.append(stats.tokens)
+    assert runs[0] == runs[1] and drafted
+    assert set(np.concatenate(drafted).tolist()) <= set(w["d2t"].tolist())

@@ -37,6 +37,7 @@ class Rows:
 
 
 HELDOUT_SEED = 12345  # held-out rows are the same at every evaluation and in every run
+LABELS = 7  # an anchor needs the drafter's block (7 labels) after it, inside the row
 
 
 class CorpusRows:
@@ -74,8 +75,10 @@ class RegeneratedRows:
                              "leave --seq-len out or regenerate with --seq-len " + str(seq_len))
         held = np.arange(len(data.tokens)) % 50 == 49  # one sequence in 50, never trained on
         allowed = response_anchors(data.prompt_len, length, data.length)
-        self.tokens, self.anchorable = data.tokens[~held], allowed[~held]
-        self.held = Rows(data.tokens[held].astype(np.int64), allowed[held])
+        usable = allowed[:, 1:length - LABELS].any(1)  # rows whose answer leaves room for an anchor
+        tokens, held, allowed = data.tokens[usable], held[usable], allowed[usable]
+        self.tokens, self.anchorable = tokens[~held], allowed[~held]
+        self.held = Rows(tokens[held].astype(np.int64), allowed[held])
         self.seq_len = length
         self.describe = {"data": str(folder), "kind": "regenerated", **data.summary()}
 
@@ -87,8 +90,9 @@ class RegeneratedRows:
         return self.held[:n] if len(self.held) else None
 
     def token_counts(self, vocab: int) -> np.ndarray:
-        """Counts over the responses (what the drafter will be asked to draft)."""
-        return np.bincount(self.tokens[self.anchorable], minlength=vocab)[:vocab]
+        """Counts over the responses' tokens (what the drafter will be asked to draft: the labels)."""
+        labels = self.tokens[:, 1:][self.anchorable[:, :-1]]
+        return np.bincount(labels, minlength=vocab)[:vocab]
 
 
 class StreamRows:
@@ -107,7 +111,7 @@ class StreamRows:
                          "heldout_documents": self.heldout_stream.documents}
 
     def token_counts(self, vocab: int) -> np.ndarray:
-        """Counts over the trainable tokens (what the drafter will be asked to draft)."""
+        """Counts over the trainable tokens (what the drafter will be asked to draft: the labels)."""
         return np.bincount(self.stream.ids[self.stream.trainable], minlength=vocab)[:vocab]
 
     def heldout(self, n: int) -> Rows | None:
@@ -126,7 +130,7 @@ class StreamRows:
                 s = int(rng.integers(0, len(ids) - t + 1))
                 allowed = np.zeros(t, bool)
                 allowed[:t - 1] = trainable[s + 1:s + t]
-                if allowed[1:].any():
+                if allowed[1:t - LABELS].any():  # the anchors `draw_anchors` may take
                     break
             else:
                 raise ValueError(f"no window of {t} tokens holds a trainable token in {tries} draws")
@@ -136,11 +140,12 @@ class StreamRows:
 
 
 def response_anchors(prompt_len: np.ndarray, length: int, end: np.ndarray | None = None) -> np.ndarray:
-    """(n, length) bool: from each row's last prompt token on (its drafts are the response's tokens),
-    up to the row's end (`end`: its prompt + answer length; the answer's last token is no anchor)."""
+    """(n, length) bool: from each row's last prompt token on (its drafts are the response's tokens);
+    with `end` (a row's prompt + answer length) only where all 7 labels lie inside the answer, never on
+    the end-of-text filler after it."""
     pos = np.arange(length)[None, :]
     allowed = pos >= (np.asarray(prompt_len)[:, None] - 1)
-    return allowed if end is None else allowed & (pos < np.asarray(end)[:, None] - 1)
+    return allowed if end is None else allowed & (pos + LABELS < np.asarray(end)[:, None])
 
 
 def is_corpus(path: Path) -> bool:

@@ -67,11 +67,11 @@ def draw_anchors(tokens: torch.Tensor, anchorable: torch.Tensor, block: int, anc
     count = min(anchors, min(len(a) for a in allowed))
     if count == 0:
         raise ValueError(f"a row of {t} tokens allows no anchor (none of its positions 1..{t - block - 1} is trainable)")
-    weights = torch.arange(1, t + 1)
+    weights = torch.arange(1, t + 1, device=tokens.device)
     out = []
     for row, pos in zip(tokens, allowed):
         gen = torch.Generator().manual_seed(int((row * weights).sum()) % 2**31)
-        out.append(pos[torch.randperm(len(pos), generator=gen)[:count]])
+        out.append(pos[torch.randperm(len(pos), generator=gen).to(pos.device)[:count]])
     return torch.stack(out)
 
 

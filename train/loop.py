@@ -178,16 +178,22 @@ def check_run_config(out: Path, run_config: dict) -> None:
     (other flags, data, target) would silently mix two runs, so it is refused in one line."""
     path = Path(out) / "run_config.json"
     run_config = json.loads(json.dumps(run_config, default=str))  # as it reads back (tuples as lists)
-    if path.is_file():
+    started = path.is_file()
+    if dist.is_initialized():  # every rank has looked before rank 0 writes: they all take one branch
+        dist.barrier()
+    if started:
         old = json.loads(path.read_text())
         diff = sorted(k for k in set(old) | set(run_config) if old.get(k) != run_config.get(k))
         if diff:
             shown = ", ".join(f"{k}: {old.get(k)!r} -> {run_config.get(k)!r}" for k in diff[:3])
             raise ValueError(f"{out} holds a run started with other settings ({shown}); resume it with the same "
                              "flags, or use another --out")
-    elif is_writer():
+        return
+    if is_writer():
         Path(out).mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(run_config, indent=1, default=str) + "\n")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(run_config, indent=1) + "\n")
+        tmp.replace(path)
 
 
 def count_tokens(batch) -> int:
@@ -203,14 +209,14 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
     returns (mean loss, extra metrics); every `eval_every` steps (and at the end) `eval_fn(model)`
     adds held-out figures to that step's log entry. `run_config` (flags, data, model) is checked on
     resume. Returns the log: one dict per step."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    rank, size = world(device)  # first: the process group's backend follows the device
     if run_config is not None:
         check_run_config(cfg.out, {**run_config, **{k: str(v) if isinstance(v, Path) else v
                                                    for k, v in dataclasses.asdict(cfg).items()
                                                    if k not in ("threads", "device", "checkpoint_every")}})
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = pick_device(cfg.device)
-    rank, size = world(device)
     if cfg.batch % size:
         raise ValueError(f"global batch {cfg.batch} is not divisible by the world size {size}")
     torch.manual_seed(cfg.seed)

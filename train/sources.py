@@ -63,7 +63,8 @@ def end_of_text(folder: Path, tokenizer=None) -> int:
 
 def chat_prompts(path: Path, tokenizer, max_len: int) -> list[list[int]]:
     """Every assistant turn of the training-side chats as a prompt for the target to answer: the
-    conversation before it, rendered with the template's generation prompt (longer than max_len: left out)."""
+    conversation before it, rendered with the template's generation prompt (one leaving less than 8 tokens of
+    max_len for the answer: left out)."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("the target has no chat template (chat_template.jinja or tokenizer_config.json) to "
                          "render chat prompts with")
@@ -72,7 +73,7 @@ def chat_prompts(path: Path, tokenizer, max_len: int) -> list[list[int]]:
         if doc.messages is None or doc.heldout:
             continue
         ids = tokenizer.apply_chat_template(list(doc.messages[:-1]), tokenize=True, add_generation_prompt=True)
-        if len(ids) < max_len:
+        if len(ids) < max_len - 8:  # room for an answer of at least a drafter's block
             out.append(list(ids))
     if not out:
         raise ValueError(f"{path}: no chat prompt shorter than --seq-len {max_len} (a .jsonl of "
