@@ -227,7 +227,10 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     start, log = load_checkpoint(model, opt, cfg)
-    wrapped = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    # buffers (the drafter's view of the target's embedding and LM head, masks, the draft vocabulary) are
+    # the same on every rank and never change: not re-sent every step (hundreds of MB at a real vocabulary)
+    wrapped = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                                         broadcast_buffers=False)
                if size > 1 else model)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     if rank == 0:
