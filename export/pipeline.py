@@ -22,10 +22,11 @@ from hyflash.export.graphs import cache_spec, graph_specs
 from hyflash.export.lower import export_onnx_proto, export_pte, save_onnx_models
 from hyflash.export.quantize import DRAFTER_MODES, TARGET_MODES, quantize_module, quantize_onnx
 from hyflash.models.drafter import Drafter, DrafterConfig
+from hyflash.models.files import sha256, write_json_atomic
 from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
                                     target_info, weight_files)
 from hyflash.models.target import Target
-from hyflash.runtime_py.manifest import FORMAT_VERSION, VERIFY_ROWS, file_hashes, seal, sha256, write_json_atomic
+from hyflash.runtime_py.manifest import FORMAT_VERSION, VERIFY_ROWS, file_hashes, seal
 from hyflash.train.loop import replace_folder
 
 FORMATS = ("onnx", "pte")

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from hyflash.models.config import TargetConfig, read_json_object
 from hyflash.models.drafter import Drafter, DrafterConfig
+from hyflash.models.files import sha256
 from hyflash.models.target import Target
 
 # The embedded reference models: package data of `hyflash` (folder hyflash/reference/), by name.
@@ -53,7 +54,7 @@ def weight_files(folder: Path) -> dict[str, Path]:
 
 def weights_sha256(folder: Path) -> str:
     """One sha256 for a checkpoint's weights: over its weight files' own sha256s, in name order."""
-    listing = "".join(f"{f.name}:{hashlib.sha256(f.read_bytes()).hexdigest()}\n"
+    listing = "".join(f"{f.name}:{sha256(f)}\n"
                       for f in sorted(set(weight_files(Path(folder)).values())))
     return hashlib.sha256(listing.encode()).hexdigest()
 

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from hyflash.models.config import read_json_object
+from hyflash.models.files import sha256
 
 FORMAT_VERSION = 2  # 2: target caches in place (per-layer ONNX past/present, .pte mutable buffers)
 VERIFY_ROWS = 8  # anchor + 7 drafts: target_verify's width, and the commit width of the drafter
@@ -74,14 +75,6 @@ class Contract:
     def usable_context(self) -> int:
         """The longest text (prompt + output) a run may reach: a verify block must still fit."""
         return self.max_context - VERIFY_ROWS
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def inside(folder: Path, rel: str) -> Path:
@@ -219,7 +212,3 @@ def seal(manifest: dict) -> dict:
     return {**manifest, "manifest_sha256": canonical_sha256(manifest)}
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)

@@ -9,13 +9,13 @@ lookup's match length and realised accepted drafts. The constants go into the dr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from hyflash.models.drafter import Drafter
+from hyflash.models.files import write_json_atomic
 from hyflash.models.lookup import lookup
 from hyflash.models.target import Target
 from hyflash.train.drafter import Distill, chunked_head_loss
@@ -53,9 +53,7 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchora
 
 def write(cal: dict, drafter_dir: Path) -> Path:
     path = Path(drafter_dir) / "hybrid.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cal, indent=1) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, cal)
     return path
 
 

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from hyflash.models.files import write_json_atomic
+
 
 @dataclasses.dataclass
 class TrainConfig:
@@ -191,9 +193,7 @@ def check_run_config(out: Path, run_config: dict) -> None:
         return
     if is_writer():
         Path(out).mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(run_config, indent=1) + "\n")
-        tmp.replace(path)
+        write_json_atomic(path, run_config)
 
 
 def count_tokens(batch) -> int:

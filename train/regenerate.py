@@ -19,7 +19,6 @@ The output folder (resumable; every shard is a pure function of the config and i
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import time
@@ -30,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from hyflash.models.batched import decode_batch
+from hyflash.models.files import sha256, write_json_atomic
 from hyflash.models.target import Target
 
 FORMAT = "hyflash-regenerated-1"
@@ -62,16 +62,6 @@ class RegenConfig:
         (chat: counted as half the sequence)."""
         per = self.batch * (self.seq_len - self.prompt_len[1] if self.prompt_len else self.seq_len // 2)
         return -(-self.tokens // per)
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
 
 
 @dataclasses.dataclass
@@ -154,10 +144,10 @@ def regenerate(model: Target, prompts, cfg: RegenConfig, out: Path, source: dict
             raise ValueError(f"{out} was regenerated with other settings ({', '.join(diff)}); "
                              "use another --out or delete it to start over")
     out.mkdir(parents=True, exist_ok=True)
-    _write_json(out / "config.json", config)
+    write_json_atomic(out / "config.json", config)
     sums = json.loads((out / "checksums.json").read_text()) if (out / "checksums.json").is_file() else {}
     if not chat and not (out / "throughput.json").is_file():
-        _write_json(out / "throughput.json", measure_throughput(model, prompts, cfg))
+        write_json_atomic(out / "throughput.json", measure_throughput(model, prompts, cfg))
     model.eval()
     bar = tqdm(range(shards), desc="regenerate", unit="shard", disable=not progress, dynamic_ncols=True)
     for i in bar:
@@ -168,7 +158,7 @@ def regenerate(model: Target, prompts, cfg: RegenConfig, out: Path, source: dict
         shard = make_shard(model, prompts, cfg, i)
         _save_npz(out / name, shard)
         sums[name] = sha256(out / name)
-        _write_json(out / "checksums.json", sums)
+        write_json_atomic(out / "checksums.json", sums)
         written = int((shard["length"] - shard["prompt_len"]).sum())
         bar.set_postfix(tok_s=f"{written / (time.perf_counter() - t):.0f}")
     return {"folder": str(out), "shards": shards, **load_regenerated(out).summary()}
