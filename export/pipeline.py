@@ -23,6 +23,7 @@ from hyflash.export.lower import export_onnx_proto, export_pte, save_onnx_models
 from hyflash.export.quantize import DRAFTER_MODES, TARGET_MODES, quantize_module, quantize_onnx
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.files import sha256, write_json_atomic
+from hyflash.models.generation import TALK_FILES, end_of_text_ids, generation_config
 from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
                                     target_info, weight_files)
 from hyflash.models.target import Target
@@ -132,16 +133,35 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                            quantize=lambda m: quantize_module(m, mode))
                 for s in group:
                     graphs[s.name]["pte"] = {"file": f"{key}.pte", "method": s.name}
-        if (target_dir / "tokenizer.json").is_file():
-            shutil.copy(target_dir / "tokenizer.json", tmp / "tokenizer.json")
+        generation = _talk_files(target_dir, tmp)
         files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()]
         manifest = _manifest(cfg, target_dir, target, drafter, graphs, file_hashes(tmp, files), max_context)
+        manifest["generation"] = generation
         write_json_atomic(tmp / "manifest.json", seal(manifest))
         replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def _talk_files(target_dir: Path, tmp: Path) -> dict:
+    """What an app needs to talk to the model, into the export folder: the tokenizer and chat template
+    files as the checkpoint has them, and generation_config.json (the checkpoint's, else the one
+    `transformers` derives from config.json). -> the manifest's `generation` entry."""
+    for name in (*TALK_FILES, "generation_config.json"):
+        if (target_dir / name).is_file():
+            shutil.copy(target_dir / name, tmp / name)
+    if not (tmp / "generation_config.json").is_file():
+        generation_config(target_dir).save_pretrained(str(tmp))
+    chat = ((tmp / "chat_template.jinja").is_file() or (tmp / "chat_template.json").is_file()
+            or "chat_template" in (json.loads((tmp / "tokenizer_config.json").read_text())
+                                   if (tmp / "tokenizer_config.json").is_file() else {}))
+    try:
+        eos = end_of_text_ids(tmp)
+    except ValueError:  # a model that never ends by itself: generation stops at the token limit
+        eos = []
+    return {"eos_token_ids": eos, "chat_template": chat, "config": "generation_config.json"}
 
 
 def _remove_stale_partials(out: Path) -> None:

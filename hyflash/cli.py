@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from hyflash.runtime_py.backends import BACKENDS  # numpy only: the --backend choices
+from hyflash.train.repeats import CURRICULA  # numpy only: the --curriculum choices
 
 EXIT_USAGE = 2
 
@@ -126,25 +127,48 @@ def _tokenizer(folder: Path):
         raise CliError(f"{path}: not a readable tokenizer ({str(e).splitlines()[0]})") from None
 
 
-def cmd_generate(args) -> int:
-    from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+def _sampling(args):
+    """--temperature / --top-p / --top-k, each defaulting to the export's generation_config.json (greedy
+    where it does not sample, or where the export has none)."""
     from hyflash.runtime_py.sampling import Sampling
 
-    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=Sampling(args.temperature, args.top_p),
-                           seed=args.seed, ignore_eos=args.ignore_eos,
-                           draft="none" if args.no_draft else args.draft)
-    runtime = Runtime(args.folder, args.backend, args.threads)
-    tokenizer = _tokenizer(args.folder)
-    prompt = _prompt_ids(args, tokenizer)
-    stats = Stats()
-    stream = sys.stderr if args.json else sys.stdout
+    defaults = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+    if (args.folder / "generation_config.json").is_file():
+        from hyflash.models.generation import generation_config, sampling_defaults
+
+        defaults = sampling_defaults(generation_config(args.folder))
+    given = {k: getattr(args, k) for k in defaults if getattr(args, k) is not None}
+    return Sampling(**{**defaults, **given})
+
+
+def _generation(args):
+    from hyflash.runtime_py.loop import GenerationConfig, Runtime
+
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=_sampling(args), seed=args.seed,
+                           ignore_eos=args.ignore_eos, draft="none" if args.no_draft else args.draft)
+    return cfg, Runtime(args.folder, args.backend, args.threads)
+
+
+def _conversation(args, runtime, cfg):
+    from hyflash.models.generation import load_tokenizer
+    from hyflash.runtime_py.chat import Conversation
+
+    if not (runtime.manifest.get("generation") or {}).get("chat_template"):
+        raise CliError(f"{args.folder}: this export has no chat template (its target folder had none: "
+                       "chat_template.jinja, or chat_template in tokenizer_config.json); use --prompt")
+    tokenizer = load_tokenizer(args.folder)
+    return Conversation(runtime, tokenizer, cfg, args.system), lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _show(rounds, stats, decode, stops, stream) -> str | None:
+    """Print a generation as it comes (text, or ids without a tokenizer), cut at the first stop string."""
     text, shown = "", 0
-    for new in runtime.generate(prompt, cfg, stats):
-        if tokenizer is None:
+    for new in rounds:
+        if decode is None:
             print(" ".join(map(str, new)), end=" ", file=stream, flush=True)
             continue
-        text = tokenizer.decode(stats.tokens)
-        hit = min((text.find(s, max(0, shown - len(s))) for s in args.stop if s in text), default=-1)
+        text = decode(stats.tokens)
+        hit = min((text.find(s, max(0, shown - len(s))) for s in stops if s in text), default=-1)
         if hit >= 0:
             text = text[:hit]
             stats.stop_reason = "stop string"
@@ -152,14 +176,64 @@ def cmd_generate(args) -> int:
         shown = len(text)
         if hit >= 0:
             break
+    rounds.close()  # a generation stopped early ends now (the runtime is free for the next turn)
     print(file=stream)
-    result = {**stats.to_json(), "text": text if tokenizer else None, "backend": args.backend,
-              "draft": cfg.draft}
+    return text if decode else None
+
+
+def _summary(stats) -> str:
+    return (f"[{len(stats.tokens)} tokens, {stats.rounds} rounds, tau {stats.acceptance_length:.2f}, "
+            f"{stats.tokens_per_s:.1f} tokens/s, {stats.prefilled} of {stats.prompt_tokens} prompt tokens "
+            f"prefilled; stop: {stats.stop_reason}]")
+
+
+def cmd_generate(args) -> int:
+    from hyflash.runtime_py.loop import Stats
+
+    if args.system is not None and args.chat is None:
+        raise CliError("--system needs --chat (a raw --prompt is not templated)")
+    cfg, runtime = _generation(args)
+    stats = Stats()
+    if args.chat is not None:
+        conversation, decode = _conversation(args, runtime, cfg)
+        rounds = conversation.turn(args.chat, stats)
+    else:
+        tokenizer = _tokenizer(args.folder)
+        decode = tokenizer.decode if tokenizer else None
+        rounds = runtime.generate(_prompt_ids(args, tokenizer), cfg, stats)
+    text = _show(rounds, stats, decode, args.stop, sys.stderr if args.json else sys.stdout)
+    result = {**stats.to_json(), "text": text, "backend": args.backend, "draft": cfg.draft}
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"[{len(stats.tokens)} tokens, {stats.rounds} rounds, tau {stats.acceptance_length:.2f}, "
-              f"{stats.tokens_per_s:.1f} tokens/s; stop: {stats.stop_reason}]", file=sys.stderr)
+        print(_summary(stats), file=sys.stderr)
+    return 0
+
+
+def cmd_chat(args) -> int:
+    """One user turn per input line; the target's cache and the drafter's context stay between turns."""
+    from hyflash.runtime_py.loop import Stats
+
+    cfg, runtime = _generation(args)
+    conversation, decode = _conversation(args, runtime, cfg)
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        message = line.rstrip("\n")
+        if not message.strip():
+            continue
+        stats = Stats()
+        text = _show(conversation.turn(message, stats), stats, decode, args.stop,
+                     sys.stderr if args.json else sys.stdout)
+        if args.json:
+            print(json.dumps({**stats.to_json(), "text": text, "backend": args.backend, "draft": cfg.draft}),
+                  flush=True)
+        else:
+            print(_summary(stats), file=sys.stderr)
     return 0
 
 
@@ -305,7 +379,8 @@ def cmd_regenerate(args) -> int:
     from hyflash.train.batches import corpus_tokenizer, is_corpus
     from hyflash.train.data import token_stream
     from hyflash.train.regenerate import ChatPrompts, RegenConfig, regenerate
-    from hyflash.train.sources import chat_prompts, end_of_text_ids, load_tokenizer
+    from hyflash.models.generation import end_of_text_ids, load_tokenizer
+    from hyflash.train.sources import chat_prompts
 
     try:
         lo, hi = (int(x) for x in args.prompt_len.split(".."))
@@ -429,6 +504,22 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _add_generation_flags(p) -> None:
+    p.add_argument("--max-new-tokens", type=_positive(), default=128)
+    p.add_argument("--temperature", type=float, default=None, help="default: the export's generation_config.json")
+    p.add_argument("--top-p", type=float, default=None, help="default: the export's generation_config.json")
+    p.add_argument("--top-k", type=int, default=None, help="0 = off; default: the export's generation_config.json")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime")
+    p.add_argument("--draft", choices=["model", "prompt-lookup", "hybrid"], default="model",
+                   help="hybrid: each round the drafter's or prompt-lookup's block, whichever is expected to go further")
+    p.add_argument("--no-draft", action="store_true", help="target-only decoding (the baseline)")
+    p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--json", action="store_true")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="hyflash", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -472,19 +563,16 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt")
     src.add_argument("--prompt-file", type=Path)
     src.add_argument("--prompt-ids", help="comma-separated token ids")
-    p.add_argument("--max-new-tokens", type=_positive(), default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime")
-    p.add_argument("--draft", choices=["model", "prompt-lookup", "hybrid"], default="model",
-                   help="hybrid: each round the drafter's or prompt-lookup's block, whichever is expected to go further")
-    p.add_argument("--no-draft", action="store_true", help="target-only decoding (the baseline)")
-    p.add_argument("--threads", type=_positive(), default=None)
-    p.add_argument("--json", action="store_true")
+    src.add_argument("--chat", metavar="MESSAGE", help="a user message, rendered with the export's chat template")
+    p.add_argument("--system", default=None, help="a system message (with --chat)")
+    _add_generation_flags(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("chat", help="a multi-turn conversation on an export: one user turn per input line")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--system", default=None, help="a system message")
+    _add_generation_flags(p)
+    p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("demo", help="export, validate and run the embedded reference pair")
     p.add_argument("--max-new-tokens", type=_positive(), default=96)
@@ -547,7 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=_positive(), default=12)
     p.add_argument("--hidden", type=_positive(), default=256)
     p.add_argument("--init-from", default=None, help="continue from this target folder's weights, or 'reference'")
-    p.add_argument("--curriculum", choices=["copy", "copy2"], default=None, help="mix in repeated-span rows (train/repeats.py)")
+    p.add_argument("--curriculum", choices=sorted(CURRICULA), default=None, help="mix in repeated-span rows (train/repeats.py)")
     p.add_argument("--probe-every", type=_positive(), default=None,
                    help="every K steps log the copy rate and held-out loss (train/copytrain.py)")
     _add_train_flags(p, steps=900, batch=4, lr=2e-3)

@@ -53,6 +53,7 @@ class Stats:
     graph_ms: dict[str, float] = dataclasses.field(default_factory=lambda: defaultdict(float))
     graph_calls: dict[str, int] = dataclasses.field(default_factory=lambda: defaultdict(int))
     prefill_s: float = 0.0
+    prefilled: int = 0  # prompt tokens run through the target (fewer than prompt_tokens when a prefix was reused)
     decode_s: float = 0.0
     stop_reason: str = ""
     drafter_context_bytes: dict = dataclasses.field(default_factory=dict)
@@ -74,7 +75,8 @@ class Stats:
     def to_json(self) -> dict:
         return {"tokens": self.tokens, "prompt_tokens": self.prompt_tokens, "rounds": self.rounds,
                 "acceptance_length": self.acceptance_length, "accepted_per_slot": self.accepted_per_slot,
-                "tokens_per_s": self.tokens_per_s, "prefill_s": self.prefill_s, "decode_s": self.decode_s,
+                "tokens_per_s": self.tokens_per_s, "prefill_s": self.prefill_s, "prefilled": self.prefilled,
+                "decode_s": self.decode_s,
                 "graph_ms": {g: self.graph_ms[g] / self.graph_calls[g] for g in self.graph_ms},
                 "graph_calls": dict(self.graph_calls), "stop_reason": self.stop_reason,
                 "drafter_context_bytes": self.drafter_context_bytes, "lookup_rounds": self.lookup_rounds}
@@ -89,7 +91,8 @@ class Runtime:
         self.contract = c = Contract(self.manifest)
         self.backend = open_backend(backend, self.folder, c, threads, target)
         self.max_context, self.chunk, self.block, self.vocab = c.max_context, c.prefill_chunk, c.block, c.vocab
-        eos = self.manifest["target"]["config"].get("eos_token_id")
+        generation = self.manifest.get("generation")  # exports before it: config.json's EOS only
+        eos = generation["eos_token_ids"] if generation else self.manifest["target"]["config"].get("eos_token_id")
         self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         self.has_memory = c.has_memory
         self.hybrid = self.manifest["drafter"].get("hybrid")  # hybrid drafting's calibration, if any
@@ -97,6 +100,8 @@ class Runtime:
         self.ctx = DrafterContext(c)
         self.calls = self._bind_all()
         self._busy = threading.Lock()
+        self.text: list[int] = []  # the tokens of the committed cache rows, row j = position j
+        self.drafter_rows = 0  # rows folded into the drafter's context (-1: out of step with the cache)
 
     def _bind(self, graph: str, pool_in: dict, pool_out: dict, cache: TargetCache | None = None) -> Call:
         """Bind a graph's inputs and outputs, by name, to arrays of the pools (allocated once)."""
@@ -185,6 +190,7 @@ class Runtime:
             self._run("state_commit", self.calls["state_commit", self.ctx.index], stats)
         self._run("window_shift", shift, stats)
         self.ctx.flip()
+        self.drafter_rows = pos + n if self.drafter_rows == pos else -1
 
     def check_prompt(self, prompt: list[int]) -> None:
         if not prompt:
@@ -197,18 +203,40 @@ class Runtime:
                              f"{self.usable_context} (max_context {self.max_context} - {VERIFY_ROWS}): shorten the "
                              "prompt or export with a larger --max-context")
 
-    def prefill(self, prompt: list[int], use_drafter: bool, stats: Stats) -> np.ndarray:
+    def reusable(self, prompt: list[int], use_drafter: bool) -> int:
+        """How many leading rows of the committed context `prompt` can keep: its common prefix with the
+        committed text, short of the whole prompt (its last token must run to give the first logits).
+        The target's cache can keep any prefix (later rows are overwritten); the drafter's memory cannot
+        forget, so with the drafter the prefix must be everything it has folded in, or nothing."""
+        n = 0
+        for a, b in zip(self.text, prompt[:-1]):
+            if a != b:
+                break
+            n += 1
+        if use_drafter and n != self.drafter_rows:
+            return 0
+        return n
+
+    def prefill(self, prompt: list[int], use_drafter: bool, stats: Stats, reuse: bool = False) -> np.ndarray:
         """1. The prompt through target_prefill in chunks (the tail through target_verify where a
         whole chunk would pass the cache's end); every prompt feature committed to the drafter,
-        8 rows at a time. -> the logits after the last prompt token."""
-        self.cache.reset()
-        self.ctx.reset()
-        pos, logits = 0, None
+        8 rows at a time. With `reuse`, rows the committed context already holds are kept and only the
+        rest runs (a conversation's new turn). -> the logits after the last prompt token."""
+        pos = self.reusable(prompt, use_drafter) if reuse else 0
+        if pos == 0:
+            self.ctx.reset()
+            self.drafter_rows = 0
+        self.cache.commit(0, pos)
+        del self.text[pos:]
+        if not use_drafter:
+            self.drafter_rows = -1  # the rows below are not folded into the drafter
+        stats.prefilled = len(prompt) - pos
+        logits = None
         while pos < len(prompt):
             graph = "target_prefill" if pos + self.chunk <= self.max_context else "target_verify"
             ids = prompt[pos:pos + self.contract.width(graph)]
             logits, feats = self.run_target(graph, ids, pos, stats)
-            self.cache.commit(pos, len(ids))
+            self.commit_rows(ids, pos)
             if use_drafter:
                 for r in range(0, len(ids), VERIFY_ROWS):
                     self.commit(feats[r:], pos + r, min(VERIFY_ROWS, len(ids) - r), stats)
@@ -216,8 +244,17 @@ class Runtime:
             pos += len(ids)
         return logits
 
-    def generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None = None) -> Iterator[list[int]]:
+    def commit_rows(self, tokens: list[int], pos: int) -> None:
+        """Cache rows pos.. (already written by the call at pos) now hold `tokens`; later rows are stale."""
+        self.cache.commit(pos, len(tokens))
+        del self.text[pos:]
+        self.text.extend(int(t) for t in tokens)
+
+    def generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None = None,
+                 reuse: bool = False) -> Iterator[list[int]]:
         """Yield newly committed tokens round by round; `stats` (if given) fills in as it goes.
+        `reuse`: keep what the committed context shares with `prompt` and prefill only the rest (the next
+        turn of a conversation: the previous prompt and reply, then the new turn); same tokens as without.
 
         A runtime holds one conversation's buffers: a second generation while one is under way (from
         another thread, or an unfinished generator) is refused; give each thread its own Runtime."""
@@ -227,26 +264,26 @@ class Runtime:
             raise RuntimeError("this Runtime is already generating (in another thread, or an unfinished "
                                "generate()); give each concurrent generation its own Runtime")
         try:
-            yield from self._generate(prompt, cfg, stats)
+            yield from self._generate(prompt, cfg, stats, reuse)
         finally:
             self._busy.release()
 
-    def _generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None) -> Iterator[list[int]]:
+    def _generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None,
+                  reuse: bool) -> Iterator[list[int]]:
         stats = stats if stats is not None else Stats()
         stats.prompt_tokens = len(prompt)
         rng = np.random.default_rng(cfg.seed)
         use_drafter = cfg.draft in ("model", "hybrid")
         t0 = time.perf_counter()
-        logits = self.prefill(prompt, use_drafter, stats)  # 1. prefill
+        logits = self.prefill(prompt, use_drafter, stats, reuse)  # 1. prefill
         stats.prefill_s = time.perf_counter() - t0
         stats.phase = "decode"
         pos = len(prompt)  # the anchor's position: rows < pos are committed
         limit = min(self.usable_context, len(prompt) + cfg.max_new_tokens)
         anchor = choose(logits, cfg.sampling, rng)
-        new = [anchor]
+        new = self._stop([anchor], stats, cfg, len(prompt), limit)
         t1 = time.perf_counter()
         while True:
-            new = self._stop(new, stats, cfg, len(prompt), limit)
             stats.tokens.extend(new)
             if new:
                 yield new
@@ -254,10 +291,10 @@ class Runtime:
                 break
             if cfg.draft == "none":  # target-only: one row at a time through target_decode
                 logits, _ = self.run_target("target_decode", [anchor], pos, stats)
-                self.cache.commit(pos, 1)
+                self.commit_rows([anchor], pos)
                 anchor = choose(logits[0], cfg.sampling, rng)
                 pos += 1
-                new = [anchor]
+                new = self._stop([anchor], stats, cfg, len(prompt), limit)
                 continue
             # 2. draft d_1..d_7 for positions pos+1..pos+7 (hybrid: the block expected to go further)
             drafts = self.draft(anchor, pos, stats) if use_drafter else None
@@ -279,13 +316,15 @@ class Runtime:
             if expected is not None:  # the drafter's block was verified: how its confidence fared
                 stats.expected_accepted.append(expected)
                 stats.realised_accepted.append(k)
-            # 5. commit rows 0..k (anchor and accepted drafts): the cache's text and the drafter's context
-            self.cache.commit(pos, k + 1)
+            # 5. emit d_1..d_k and the bonus (cut at EOS or the token limit); the bonus is the next anchor
+            new = self._stop([*drafts[:k].tolist(), bonus], stats, cfg, len(prompt), limit)
+            # 6. commit rows 0..n-1: the anchor and the emitted drafts but the last emitted token (k + 1 rows
+            # going on; fewer at a cut), so the committed text is always prompt + output minus its last token
+            n = len(new)
+            self.commit_rows([anchor, *drafts[:n - 1].tolist()], pos)
             if use_drafter:
-                self.commit(feats, pos, k + 1, stats)
-            # 6. emit d_1..d_k and the bonus; the bonus is the next anchor
-            new = [*drafts[:k].tolist(), bonus]
-            anchor, pos = bonus, pos + k + 1
+                self.commit(feats, pos, n, stats)
+            anchor, pos = bonus, pos + n
         stats.decode_s = time.perf_counter() - t1
         stats.drafter_context_bytes = self.context_bytes(pos) if use_drafter else {}
 

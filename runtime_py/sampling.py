@@ -1,7 +1,8 @@
 """Token choice and the acceptance rule (docs/design.md, "The loop"), numpy only.
 
 Greedy: accept draft d_i while it equals the target's argmax c_{i-1}; the bonus is c_k.
-Sampled: drafts are the drafter's argmax chain, so the proposal q is one-hot: accept d_i with
+Sampled (the target's distribution after temperature, top-k and top-p): drafts are the
+drafter's argmax chain, so the proposal q is one-hot: accept d_i with
 probability p_{i-1}(d_i); at the first rejection draw the bonus from p_{i-1} with d_i removed
 and renormalised; if all 7 are accepted draw it from p_7. This is the standard speculative
 sampling rule for a one-hot q, so the output has exactly the target's distribution.
@@ -18,20 +19,27 @@ import numpy as np
 class Sampling:
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
+    top_k: int = 0  # 0 = off
 
     def __post_init__(self):
         if not self.temperature >= 0:
             raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if not (isinstance(self.top_k, int) and self.top_k >= 0):
+            raise ValueError(f"--top-k must be an integer >= 0 (0 = off), got {self.top_k}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
     def probs(self, logits: np.ndarray) -> np.ndarray:
-        """logits (..., V) -> the target's sampling distribution (..., V): temperature, then top-p."""
+        """logits (..., V) -> the target's sampling distribution (..., V): temperature, then top-k, then
+        top-p (the order of `transformers`' warpers; top-k keeps ties with the k-th largest logit)."""
         z = logits.astype(np.float64) / self.temperature
+        if 0 < self.top_k < z.shape[-1]:
+            kth = -np.partition(-z, self.top_k - 1, axis=-1)[..., self.top_k - 1:self.top_k]
+            z = np.where(z >= kth, z, -np.inf)
         z -= z.max(-1, keepdims=True)
         p = np.exp(z)
         p /= p.sum(-1, keepdims=True)

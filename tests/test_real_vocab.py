@@ -13,7 +13,8 @@ from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from hf_models import save_hf_model
 from hyflash.cli import main
 from hyflash.export.validate import summarize, validate
-from hyflash.train.sources import Document, encode, end_of_text, load_tokenizer
+from hyflash.models.generation import load_tokenizer
+from hyflash.train.sources import Document, encode, end_of_text
 
 QWEN_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

@@ -19,7 +19,8 @@ import numpy as np
 
 from hyflash.train.data import sample_windows, token_stream
 from hyflash.train.regenerate import is_regenerated, load_regenerated
-from hyflash.train.sources import build_streams, end_of_text, load_tokenizer
+from hyflash.models.generation import load_tokenizer
+from hyflash.train.sources import build_streams, end_of_text
 
 DEFAULT_SEQ_LEN = 512
 

@@ -24,6 +24,8 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from hyflash.models.generation import end_of_text_ids
+
 HELDOUT_EVERY = 50
 
 
@@ -39,21 +41,6 @@ class Document:
     @property
     def heldout(self) -> bool:
         return int.from_bytes(hashlib.sha256(self.key).digest()[:4], "little") % HELDOUT_EVERY == 0
-
-
-def end_of_text_ids(folder: Path, tokenizer=None) -> list[int]:
-    """The target's end-of-text ids: generation_config.json, else config.json, else the tokenizer's."""
-    for name in ("generation_config.json", "config.json"):
-        path = Path(folder) / name
-        if path.is_file():
-            eos = json.loads(path.read_text()).get("eos_token_id")
-            if isinstance(eos, list) and eos:
-                return [int(e) for e in eos]
-            if isinstance(eos, int):
-                return [eos]
-    if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
-        return [int(tokenizer.eos_token_id)]
-    raise ValueError(f"{folder}: no end-of-text id (set eos_token_id in generation_config.json or config.json)")
 
 
 def end_of_text(folder: Path, tokenizer=None) -> int:
@@ -79,16 +66,6 @@ def chat_prompts(path: Path, tokenizer, max_len: int) -> list[list[int]]:
         raise ValueError(f"{path}: no chat prompt shorter than --seq-len {max_len} (a .jsonl of "
                          "{\"messages\": [...]} with assistant turns)")
     return out
-
-
-def load_tokenizer(folder: Path):
-    """The target's own tokenizer, as `transformers` loads it (with its chat template)."""
-    from transformers import AutoTokenizer
-
-    if not any((Path(folder) / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json")):
-        raise FileNotFoundError(f"{folder}: no tokenizer.json or tokenizer_config.json; pass --tokenizer or add "
-                                "the checkpoint's tokenizer files")
-    return AutoTokenizer.from_pretrained(str(folder))
 
 
 def read_documents(path: Path) -> Iterator[Document]:

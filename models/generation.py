@@ -1,0 +1,60 @@
+"""What a checkpoint says about generating from it: end-of-text ids, sampling defaults, the files
+an app needs to talk to the model (tokenizer and chat template, as `transformers` saves them).
+
+The export copies these into its folder (docs/design.md, "The export folder"), so that an app
+holds everything without the original checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# the tokenizer and chat-template files `transformers` reads and writes beside a model
+TALK_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+              "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")
+
+
+def end_of_text_ids(folder: Path, tokenizer=None) -> list[int]:
+    """The target's end-of-text ids: generation_config.json, else config.json, else the tokenizer's."""
+    for name in ("generation_config.json", "config.json"):
+        path = Path(folder) / name
+        if path.is_file():
+            eos = json.loads(path.read_text()).get("eos_token_id")
+            if isinstance(eos, list) and eos:
+                return [int(e) for e in eos]
+            if isinstance(eos, int):
+                return [eos]
+    if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
+        return [int(tokenizer.eos_token_id)]
+    raise ValueError(f"{folder}: no end-of-text id (set eos_token_id in generation_config.json or config.json)")
+
+
+def load_tokenizer(folder: Path):
+    """The target's own tokenizer, as `transformers` loads it (with its chat template)."""
+    from transformers import AutoTokenizer
+
+    if not any((Path(folder) / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json")):
+        raise FileNotFoundError(f"{folder}: no tokenizer.json or tokenizer_config.json; pass --tokenizer or add "
+                                "the checkpoint's tokenizer files")
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def generation_config(folder: Path):
+    """The checkpoint's `transformers.GenerationConfig`: its generation_config.json, else the one
+    `transformers` derives from config.json (what `model.generate` would use)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    folder = Path(folder)
+    if (folder / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(str(folder))
+    return GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(folder)))
+
+
+def sampling_defaults(gen) -> dict:
+    """A GenerationConfig's sampling settings as the runtime takes them: greedy unless do_sample."""
+    if not gen.do_sample:
+        return {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+    return {"temperature": float(gen.temperature if gen.temperature is not None else 1.0),
+            "top_p": float(gen.top_p if gen.top_p is not None else 1.0),
+            "top_k": int(gen.top_k or 0)}
