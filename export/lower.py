@@ -35,40 +35,47 @@ def export_onnx_proto(spec: GraphSpec, target, drafter, max_context: int):
     return program.model_proto
 
 
-def save_onnx_models(protos: dict[str, object], folder: Path, weights_name: str) -> dict[str, str]:
-    """Write each graph to `folder/<name>.onnx` with every large initializer in ONE shared file.
+class OnnxWeights:
+    """The ONE external-data file every ONNX graph of an export refers to, target's and drafter's alike.
 
-    The graphs of one model carry the same weights; storing them once matters (a target's weights
-    would otherwise be written three times). Initializers are deduplicated by content.
-    Returns graph name -> relative onnx path.
+    Each initializer of 1 KiB or more is stored once, deduplicated by content: a target's weights are not
+    written three times (its three graphs carry the same ones), and the drafter's view of the target's
+    embedding and LM head costs nothing. Each graph is written to disk as soon as it is added, so an
+    export holds one graph's proto in memory at a time.
     """
-    from onnx import TensorProto, numpy_helper, save_model
-    from onnx.external_data_helper import set_external_data
 
-    folder.mkdir(parents=True, exist_ok=True)
-    offsets: dict[str, tuple[int, int]] = {}
-    paths = {}
-    with open(folder / weights_name, "wb") as blob:
-        for name, proto in protos.items():
-            for tensor in proto.graph.initializer:
-                if tensor.data_location == TensorProto.EXTERNAL:
-                    continue
-                if not tensor.HasField("raw_data"):
-                    tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor), tensor.name))
-                raw = tensor.raw_data
-                if len(raw) < 1024:
-                    continue  # small constants stay inline
-                key = hashlib.sha256(raw).hexdigest()
-                if key not in offsets:
-                    pad = (-blob.tell()) % ALIGN
-                    blob.write(b"\0" * pad)
-                    offsets[key] = (blob.tell(), len(raw))
-                    blob.write(raw)
-                set_external_data(tensor, weights_name, *offsets[key])
-                tensor.ClearField("raw_data")
-            save_model(proto, folder / f"{name}.onnx")
-            paths[name] = f"{folder.name}/{name}.onnx"
-    return paths
+    def __init__(self, folder: Path, name: str = "model.weights"):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder, self.name = folder, name
+        self.blob = open(folder / name, "wb")
+        self.offsets: dict[str, tuple[int, int]] = {}
+
+    def save(self, graph: str, proto) -> str:
+        """Write `proto` to folder/<graph>.onnx, its large initializers into the shared file. -> relative path."""
+        from onnx import TensorProto, numpy_helper, save_model
+        from onnx.external_data_helper import set_external_data
+
+        for tensor in proto.graph.initializer:
+            if tensor.data_location == TensorProto.EXTERNAL:
+                continue
+            if not tensor.HasField("raw_data"):
+                tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor), tensor.name))
+            raw = tensor.raw_data
+            if len(raw) < 1024:
+                continue  # small constants stay inline
+            key = hashlib.sha256(raw).hexdigest()
+            if key not in self.offsets:
+                self.blob.write(b"\0" * ((-self.blob.tell()) % ALIGN))
+                self.offsets[key] = (self.blob.tell(), len(raw))
+                self.blob.write(raw)
+            set_external_data(tensor, self.name, *self.offsets[key])
+            tensor.ClearField("raw_data")
+        self.blob.flush()
+        save_model(proto, self.folder / f"{graph}.onnx")
+        return f"{self.folder.name}/{graph}.onnx"
+
+    def close(self) -> None:
+        self.blob.close()
 
 
 def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context: int, quantize=None) -> None:

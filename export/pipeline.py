@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from hyflash import __version__
 from hyflash.export.graphs import cache_spec, graph_specs
-from hyflash.export.lower import export_onnx_proto, export_pte, save_onnx_models
+from hyflash.export.lower import OnnxWeights, export_onnx_proto, export_pte
 from hyflash.export.quantize import DRAFTER_MODES, TARGET_MODES, quantize_module, quantize_onnx
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.files import sha256, write_json_atomic
@@ -102,30 +102,28 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
     _remove_stale_partials(out)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     tmp.mkdir(parents=True)
+    weights = None
     try:
         steps = [("drafter weights", None)]
         if "onnx" in cfg.formats:
-            steps += [(f"onnx {name}", name) for name in specs] + [("onnx weights", None)]
+            steps += [(f"onnx {name}", name) for name in specs]
         if "pte" in cfg.formats:
             steps += [("drafter.pte", "drafter"), ("target.pte", "target")]
         bar = tqdm(steps, desc="export", disable=not progress, file=sys.stderr, dynamic_ncols=True)
         graphs = {name: {"model": s.model, "inputs": [t.to_json() for t in s.inputs],
                          "outputs": [t.to_json() for t in s.outputs]} for name, s in specs.items()}
-        protos = {}
+        weights = OnnxWeights(tmp / "onnx") if "onnx" in cfg.formats else None
         vocab_weight = (target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 leaves it fp32
                         if "int4" in (cfg.quantize, cfg.quantize_target) else None)
         for label, key in bar:
             bar.set_postfix_str(label)
             if label == "drafter weights":
                 save_drafter(drafter, tmp / "drafter", target_info(target), dtype=torch.float32)
-            elif label.startswith("onnx ") and key:
-                protos[key] = quantize_onnx(export_onnx_proto(specs[key], target, drafter, max_context),
-                                            cfg.mode(specs[key].model), vocab_weight=vocab_weight)
-            elif label == "onnx weights":
-                for model in ("drafter", "target"):
-                    names = {n: protos[n] for n in specs if specs[n].model == model}
-                    for name, rel in save_onnx_models(names, tmp / "onnx", f"{model}.weights").items():
-                        graphs[name]["onnx"] = rel
+            elif label.startswith("onnx "):
+                proto = quantize_onnx(export_onnx_proto(specs[key], target, drafter, max_context),
+                                      cfg.mode(specs[key].model), vocab_weight=vocab_weight)
+                graphs[key]["onnx"] = weights.save(key, proto)
+                del proto  # one graph in memory at a time
             else:
                 group = [s for s in specs.values() if s.model == key]
                 mode = cfg.mode(key)
@@ -133,6 +131,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                            quantize=lambda m: quantize_module(m, mode))
                 for s in group:
                     graphs[s.name]["pte"] = {"file": f"{key}.pte", "method": s.name}
+        if weights is not None:
+            weights.close()
         generation = _talk_files(target_dir, tmp)
         files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()]
         manifest = _manifest(cfg, target_dir, target, drafter, graphs, file_hashes(tmp, files), max_context)
@@ -140,6 +140,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         write_json_atomic(tmp / "manifest.json", seal(manifest))
         replace_folder(tmp, out)
     except BaseException:
+        if weights is not None:
+            weights.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest

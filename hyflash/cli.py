@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 from pathlib import Path
 
@@ -59,9 +60,11 @@ def cmd_export(args) -> int:
     manifest = export(cfg, progress=True)
     summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
                "max_context": manifest["max_context"], "window": manifest["window"],
-               "bytes": {k: (Path(args.out) / k).stat().st_size for k in manifest["files"]}}
+               "bytes": {k: (Path(args.out) / k).stat().st_size for k in manifest["files"]},
+               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # Linux: KiB
     _emit(args, summary, lambda: f"wrote {args.out}: {len(summary['graphs'])} graphs, drafter "
-          f"{summary['drafter']}, context {summary['max_context']}, window {summary['window']}")
+          f"{summary['drafter']}, context {summary['max_context']}, window {summary['window']}; "
+          f"{sum(summary['bytes'].values()) / 2**20:,.1f} MiB; peak RSS {summary['peak_rss_bytes'] / 2**30:.2f} GiB")
     return 0
 
 

@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -69,8 +70,23 @@ def test_manifest_and_graph_contracts(both_formats):
     assert shapes["ssm_state"] == shapes["ssm_state_out"] and shapes["conv_state"] == shapes["conv_state_out"]
     read_outputs = [t["name"] for t in manifest["graphs"]["draft_read"]["outputs"]]
     assert read_outputs == ["draft_tokens", "draft_logits", "confidence"]
-    # weights stored once per model: one shared external-data file each
-    assert sorted(p.name for p in (both_formats / "onnx").glob("*.weights")) == ["drafter.weights", "target.weights"]
+    # weights stored once: one external-data file for every graph; the drafter's view of the target's
+    # embedding and LM head is the target's own bytes in it
+    assert sorted(p.name for p in (both_formats / "onnx").glob("*.weights")) == ["model.weights"]
+    embedding = load_target(manifest["target"]["path"]).embed.weight.detach().numpy()
+
+    def vocab_tables(graph):  # (offset, length) of the initializers holding the embedding (or its transpose)
+        out = set()
+        for t in onnx.load(both_formats / "onnx" / f"{graph}.onnx", load_external_data=False).graph.initializer:
+            d = {e.key: e.value for e in t.external_data}
+            if d and tuple(t.dims) in (embedding.shape, embedding.shape[::-1]):
+                value = np.fromfile(both_formats / "onnx" / d["location"], np.float32, int(d["length"]) // 4,
+                                    offset=int(d["offset"])).reshape(t.dims)
+                if np.array_equal(value, embedding) or np.array_equal(value, embedding.T):
+                    out.add((d["offset"], d["length"]))
+        return out
+    drafter_tables = vocab_tables("draft_read")
+    assert drafter_tables and drafter_tables <= vocab_tables("target_verify") | vocab_tables("target_decode")
 
 
 def test_pte_programs_load_with_their_methods(both_formats):
@@ -137,7 +153,7 @@ def test_validate_fails_loudly_on_a_wrong_graph(onnx_exports, tmp_path, capsys):
     assert "target_decode" in failed and not failed & {"draft_read", "state_commit", "window_shift"}
 
 
-@pytest.mark.parametrize("rel", ["onnx/draft_read.onnx", "onnx/target.weights", "drafter.pte", "target.pte",
+@pytest.mark.parametrize("rel", ["onnx/draft_read.onnx", "onnx/model.weights", "drafter.pte", "target.pte",
                                  "drafter/model.safetensors", "tokenizer.json"])
 def test_flipped_byte_is_refused(both_formats, tmp_path, rel, capsys):
     copy = tmp_path / "copy"
