@@ -273,6 +273,26 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_probe(args) -> int:
+    from hyflash.runtime_py.probe import KINDS, ProbeConfig, format_probe, plot_probe, probe
+
+    kinds = KINDS if args.kind == "both" else tuple(args.kind.split(","))
+    try:
+        distances = tuple(int(x) for x in args.distances.split(","))
+    except ValueError:
+        raise CliError(f"--distances must be comma-separated integers, got {args.distances!r}") from None
+    cfg = ProbeConfig(artifacts=tuple(args.artifacts), kinds=kinds, distances=distances, prompts=args.prompts,
+                      max_new_tokens=args.max_new_tokens, prompts_from=args.prompts_from, seed=args.seed,
+                      backend=args.backend, threads=args.threads)
+    report = probe(cfg, progress=True)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    if args.plot:
+        plot_probe(report, args.plot)
+    _emit(args, report, lambda: format_probe(report))
+    return 0
+
+
 # ---------------------------------------------------------------- profile
 
 def cmd_profile(args) -> int:
@@ -333,7 +353,7 @@ def _train_config(args):
     pick_device(args.device)  # a missing device is refused before any data is read
     return TrainConfig(out=args.out, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
                        checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads,
-                       device=args.device)
+                       device=args.device, stop_after=args.stop_after)
 
 
 def cmd_train_target(args) -> int:
@@ -490,6 +510,8 @@ def cmd_eval_target(args) -> int:
 def _add_train_flags(p, steps: int, batch: int, lr: float) -> None:
     p.add_argument("--out", type=Path, required=True, help="run folder: checkpoints, log, final model")
     p.add_argument("--steps", type=_positive(), default=steps)
+    p.add_argument("--stop-after", type=_positive(), default=None,
+                   help="end the run after this step, keeping the lr schedule of --steps")
     p.add_argument("--batch", type=_positive(), default=batch, help="global batch (sequences)")
     p.add_argument("--lr", type=_positive(float), default=lr)
     p.add_argument("--warmup", type=int, default=50)
@@ -597,6 +619,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of tau and speedup by context")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("probe", help="tau when the continuation's evidence is near or far back (filler in between)")
+    p.add_argument("artifacts", type=Path, nargs="+", help="export folders of one target")
+    p.add_argument("--kind", default="both", help="nearby, distant or both")
+    p.add_argument("--distances", default="256,768,1536", help="filler tokens between evidence and use")
+    p.add_argument("--prompts", type=_positive(), default=8, help="probes per kind and distance")
+    p.add_argument("--max-new-tokens", type=_positive(), default=64)
+    p.add_argument("--prompts-from", type=Path, default=None, help="a file, or a folder of .py files")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime")
+    p.add_argument("--out", type=Path, default=None, help="write the report's JSON here")
+    p.add_argument("--plot", type=Path, default=None, help="write a PNG of tau by distance")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("profile", help="per-graph milliseconds by committed length, target-only tokens/s")
     p.add_argument("folder", type=Path)

@@ -136,7 +136,9 @@ class OptimumBaseline:
         return (max_new - 1) / max(total - first, 1e-9), out[0, len(prompt):].tolist()
 
 
-def _run(runtime: Runtime, prompt: list[int], draft: str, max_new: int, sampling: Sampling, seed: int) -> Stats:
+def run_once(runtime: Runtime, prompt: list[int], draft: str, max_new: int, sampling: Sampling = Sampling(),
+             seed: int = 0) -> Stats:
+    """One generation of `max_new` tokens (EOS ignored), drafted as `draft`: its stats."""
     stats = Stats()
     gen = GenerationConfig(max_new_tokens=max_new, draft=draft, ignore_eos=True, sampling=sampling, seed=seed)
     for _ in runtime.generate(prompt, gen, stats):
@@ -145,29 +147,12 @@ def _run(runtime: Runtime, prompt: list[int], draft: str, max_new: int, sampling
 
 
 def bench(cfg: BenchConfig, progress: bool = True) -> dict:
-    from tokenizers import Tokenizer
-
-    runtimes = [Runtime(folder, cfg.backend, cfg.threads) for folder in cfg.artifacts]
+    runtimes, labels = open_exports(cfg.artifacts, cfg.backend, cfg.threads)
     first = runtimes[0]
-    for rt in runtimes[1:]:
-        if rt.manifest["target"]["files"] != first.manifest["target"]["files"]:
-            raise ValueError(f"{rt.folder}: exported from a different target than {first.folder}; "
-                             "bench compares drafters of one target")
-        if rt.max_context != first.max_context:
-            raise ValueError(f"{rt.folder}: max_context {rt.max_context} differs from {first.max_context}")
-    tok_path = first.folder / "tokenizer.json"
-    if not tok_path.is_file():
-        raise FileNotFoundError(f"{tok_path}: bench needs the export's tokenizer to build prompts")
-    prompts = make_prompts(Tokenizer.from_file(str(tok_path)), source_texts(cfg.prompts_from), cfg,
-                           first.usable_context)
+    prompts = make_prompts(export_tokenizer(first), source_texts(cfg.prompts_from), cfg, first.usable_context)
     if not prompts:
         raise ValueError(f"no bucket fits the usable context ({first.usable_context} tokens) with "
                          f"--max-new-tokens {cfg.max_new_tokens}")
-    labels = [_label(rt.manifest) for rt in runtimes]
-    if len(set(labels)) < len(labels):  # drafters of one kind (an ablation): named by their export folders
-        labels = [rt.folder.name for rt in runtimes]
-    if len(set(labels)) < len(labels):
-        raise ValueError(f"two exports have the same drafter and folder name ({labels}); bench needs them apart")
     runs = [("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
     runs.append(("prompt-lookup", first, "prompt-lookup"))
     calibrated = [(lab, rt) for lab, rt in zip(labels, runtimes) if rt.hybrid is not None and rt.confidence() is not None]
@@ -189,7 +174,7 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
         for i, prompt in enumerate(bucket_prompts):
             baseline = None
             for label, rt, draft in runs:  # interleaved: every prompt runs all, in one order
-                stats = _run(rt, prompt, draft, cfg.max_new_tokens, cfg.sampling, cfg.seed + i)
+                stats = run_once(rt, prompt, draft, cfg.max_new_tokens, cfg.sampling, cfg.seed + i)
                 if baseline is None:
                     baseline = stats
                 elif cfg.sampling.greedy and stats.tokens != baseline.tokens:
@@ -240,6 +225,35 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
             "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens, "optimum_ort": optimum_status,
             "backend": cfg.backend, "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
             "seed": cfg.seed}
+
+
+def open_exports(artifacts, backend: str, threads: int | None) -> tuple[list[Runtime], list[str]]:
+    """Runtimes of exports of one target (same target files, same max_context), and their labels: the
+    drafter's name and quantization, or the folder names where two would share one (an ablation)."""
+    runtimes = [Runtime(folder, backend, threads) for folder in artifacts]
+    first = runtimes[0]
+    for rt in runtimes[1:]:
+        if rt.manifest["target"]["files"] != first.manifest["target"]["files"]:
+            raise ValueError(f"{rt.folder}: exported from a different target than {first.folder}; "
+                             "compare drafters of one target")
+        if rt.max_context != first.max_context:
+            raise ValueError(f"{rt.folder}: max_context {rt.max_context} differs from {first.max_context}")
+    labels = [_label(rt.manifest) for rt in runtimes]
+    if len(set(labels)) < len(labels):
+        labels = [rt.folder.name for rt in runtimes]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"two exports have the same drafter and folder name ({labels}); rename a folder")
+    return runtimes, labels
+
+
+def export_tokenizer(runtime: Runtime):
+    """The export's tokenizer.json (prompts are built from text)."""
+    from tokenizers import Tokenizer
+
+    path = runtime.folder / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: building prompts from text needs the export's tokenizer")
+    return Tokenizer.from_file(str(path))
 
 
 def _label(manifest: dict) -> str:

@@ -167,3 +167,23 @@ def test_curriculum_run_with_init_from_and_probe_resumes(tiny_corpus, tmp_path, 
     start, end = load_target(tiny_corpus / "init"), load_target(run / "model")
     diff = max((a - b).abs().max().item() for a, b in zip(start.state_dict().values(), end.state_dict().values()))
     assert 0 < diff < 0.05
+
+
+def test_stop_after_ends_a_run_early_on_the_full_schedule(tiny_corpus, tmp_path):
+    """--stop-after N: the run ends after step N with the lr of --steps' schedule, writes its model, and
+    resumes to the end later (a stage cut short, as scripts/target_v3.sh records)."""
+    from hyflash.cli import main
+    from hyflash.train.loop import TrainConfig
+
+    run = tmp_path / "run"
+    args = ["train-target", "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tokenizer.json"),
+            "--out", str(run), "--init-from", str(tiny_corpus / "init"), "--curriculum", "offset",
+            "--seq-len", "64", "--batch", "2", "--warmup", "1", "--checkpoint-every", "5", "--steps", "6",
+            "--lr", "1e-3"]
+    assert main(args + ["--stop-after", "3"]) == 0
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    schedule = TrainConfig(out=run, steps=6, batch=2, lr=1e-3, warmup=1)
+    assert [e["step"] for e in log] == [1, 2, 3] and log[-1]["lr"] == schedule.lr_at(2)
+    assert (run / "model" / "config.json").is_file()
+    assert main(args) == 0
+    assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()] == [1, 2, 3, 4, 5, 6]

@@ -48,6 +48,7 @@ class TrainConfig:
     seed: int = 0
     threads: int | None = None
     device: str = "auto"  # auto | cpu | cuda | mps
+    stop_after: int | None = None  # end the run after this step, on the schedule of `steps` (a stage cut short)
 
     def __post_init__(self):
         for name in ("steps", "batch", "checkpoint_every"):
@@ -216,7 +217,8 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
     if run_config is not None:
         check_run_config(cfg.out, {**run_config, **{k: str(v) if isinstance(v, Path) else v
                                                    for k, v in dataclasses.asdict(cfg).items()
-                                                   if k not in ("threads", "device", "checkpoint_every")}})
+                                                   if k not in ("threads", "device", "checkpoint_every",
+                                                                "stop_after")}})
     if cfg.batch % size:
         raise ValueError(f"global batch {cfg.batch} is not divisible by the world size {size}")
     torch.manual_seed(cfg.seed)
@@ -235,7 +237,8 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     if rank == 0:
         cfg.out.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=desc, disable=rank != 0,
+    end = min(cfg.steps, cfg.stop_after or cfg.steps)
+    bar = tqdm(range(start, end), initial=start, total=end, desc=desc, disable=rank != 0,
                dynamic_ncols=True)
     per_rank = cfg.batch // size
     t0 = time.time() - (log[-1]["elapsed_s"] if log else 0.0)  # wall time adds up across resumes
@@ -259,7 +262,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
                  "grad_norm": float(grad_norm), "elapsed_s": round(time.time() - t0, 1),
                  "tokens_per_s": round(count_tokens(batch) * size / (time.time() - t_step), 1),
                  **{k: v.item() for k, v in zip(extra, stats[1:])}}
-        if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step + 1 == cfg.steps):
+        if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step + 1 == end):
             was_training = model.training
             model.eval()
             with torch.no_grad(), autocast:
@@ -268,7 +271,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
         log.append(entry)
         bar.set_postfix(loss=f"{entry['loss']:.3f}", tok_s=f"{entry['tokens_per_s']:.0f}",
                         **({"heldout_tau": f"{entry['heldout_tau']:.2f}"} if "heldout_tau" in entry else {}))
-        if rank == 0 and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+        if rank == 0 and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == end):
             save_checkpoint(model, opt, step + 1, cfg, log)
             with open(cfg.out / "log.jsonl", "w") as f:
                 f.writelines(json.dumps(e) + "\n" for e in log)

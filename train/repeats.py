@@ -95,7 +95,35 @@ COPY2_CURRICULUM = (
           copy_weight=3.0, random_weight=0.0),
     Stage(10**9, (0.10, 0.45, 0.45), natural_gap=(256, 1800), random_seg=(32, 256), random_gap=(0, 1536)),
 )
-CURRICULA = {"copy": COPY_CURRICULUM, "copy2": COPY2_CURRICULUM}
+# offset, then induction: the road to copying after copy/copy2 (1,000 steps) showed none.
+# offset: a 64-token random segment repeated after one token, once per row, loss on the second copy only
+# (at --seq-len 256 the lengths scale by 1/8; the scaled gap is at least 1). The copy loss fell from chance
+# (8.33) to 0.08 between steps 60 and 125 (16 rows, lr 1e-3), but what formed is a copy from a fixed
+# distance: accuracy 100% at that distance, 0-1% at any other (segments of 40 or 128 tokens, other gaps).
+OFFSET_CURRICULUM = (
+    Stage(10**9, (1.0, 0.0, 0.0), natural_gap=(16, 256), random_seg=(512, 512), random_gap=(0, 0),
+          random_weight=0.0),
+)
+# induction: segments of 32-64 tokens and gaps of 0-32 (at --seq-len 256), packed, so that only finding the
+# current token earlier in the row (the induction circuit) predicts the copy. (From the embedded step-1,000
+# model directly, 16-64 / 0-32 under a cosine lr stayed at chance for 150 steps.)
+INDUCTION_CURRICULUM = (
+    Stage(10**9, (1.0, 0.0, 0.0), natural_gap=(16, 256), random_seg=(256, 512), random_gap=(0, 256),
+          random_weight=0.0),
+)
+# copy3: after `induction`, the circuit stretched to long gaps and carried over to natural text (copies
+# weighted 2x, random rows' unpredictable tokens out of the loss), with plain text throughout to bring the
+# plain loss back (induction-only training had taken it from 3.5 to 7.5); then plain loss with long repeats.
+COPY3_CURRICULUM = (
+    Stage(100, (0.40, 0.40, 0.20), natural_gap=(0, 512), random_seg=(32, 256), random_gap=(0, 512),
+          copy_weight=2.0, random_weight=0.0),
+    Stage(300, (0.25, 0.45, 0.30), natural_gap=(128, 1800), random_seg=(32, 256), random_gap=(0, 1536),
+          copy_weight=2.0, random_weight=0.0),
+    Stage(10**9, (0.10, 0.45, 0.45), natural_gap=(256, 1800), random_seg=(32, 256), random_gap=(0, 1536),
+          random_weight=0.0),
+)
+CURRICULA = {"copy": COPY_CURRICULUM, "copy2": COPY2_CURRICULUM, "offset": OFFSET_CURRICULUM,
+             "induction": INDUCTION_CURRICULUM, "copy3": COPY3_CURRICULUM}
 
 
 def stage_at(schedule: tuple[Stage, ...], step: int) -> Stage:

@@ -1,0 +1,146 @@
+"""`hyflash probe`: acceptance when the evidence for the continuation is near, or far back (issue 15).
+
+A probe prompt holds a passage of held-out text (96 tokens), filler of other held-out text (D
+tokens), and the passage's first 24 tokens again (the cue). What comes next is predictable from
+the passage, and the probes differ only in where the passage sits:
+
+- nearby: filler, passage, cue: the passage ends right before the cue, inside any drafter's window;
+- distant: passage, filler, cue: the passage is D + 24 tokens back, out of a window of W < D + 24.
+
+What is predicted is the target's own greedy continuation (64 tokens). `explained` is the share of
+it that equals the passage's own continuation (tokens 24..87): how much the target uses the
+evidence. A probe whose target does not copy shows a low `explained`, and its tau is then no
+evidence about a drafter's memory. Every export runs every prompt (interleaved), with prompt-lookup
+and target-only as rows; every greedy output is checked equal to target-only's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from hyflash.runtime_py.bench import export_tokenizer, open_exports, run_once, source_texts
+
+PASSAGE, CUE = 96, 24
+KINDS = ("nearby", "distant")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeConfig:
+    artifacts: tuple[Path, ...]
+    kinds: tuple[str, ...] = KINDS
+    distances: tuple[int, ...] = (256, 768, 1536)
+    prompts: int = 8
+    max_new_tokens: int = 64
+    prompts_from: Path | None = None  # a file or a folder of .py files; default: the held-out split
+    seed: int = 0
+    backend: str = "onnxruntime"
+    threads: int | None = None
+
+    def __post_init__(self):
+        bad = [k for k in self.kinds if k not in KINDS]
+        if bad or not self.kinds:
+            raise ValueError(f"--kind must be nearby, distant or both (comma-separated), got {','.join(self.kinds)}")
+        if not self.distances or min(self.distances) < 1:
+            raise ValueError(f"--distances must be positive integers, got {list(self.distances)}")
+        if self.prompts < 1 or not 1 <= self.max_new_tokens <= PASSAGE - CUE:
+            raise ValueError(f"--prompts must be >= 1 and --max-new-tokens in 1..{PASSAGE - CUE}")
+
+
+def probe_prompts(stream: np.ndarray, kind: str, distance: int, n: int, seed: int = 0
+                  ) -> tuple[list[list[int]], np.ndarray]:
+    """n prompts of `kind` with `distance` filler tokens, and the passages' continuations (n, 72).
+    Passages depend on the seed only (the same at every kind and distance: paired comparisons); a
+    filler is taken at least 2,048 tokens away from its passage."""
+    need = PASSAGE + distance + 2 * 2048
+    if len(stream) < need:
+        raise ValueError(f"the probe text has {len(stream)} tokens; a distance of {distance} needs {need}")
+    passage_rng, filler_rng = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1, distance])
+    prompts, continuations = [], []
+    for _ in range(n):
+        p = int(passage_rng.integers(0, len(stream) - PASSAGE))
+        passage = stream[p:p + PASSAGE]
+        while True:
+            f = int(filler_rng.integers(0, len(stream) - distance + 1))
+            if f + distance <= p - 2048 or f >= p + PASSAGE + 2048:
+                break
+        filler = stream[f:f + distance]
+        parts = (filler, passage, passage[:CUE]) if kind == "nearby" else (passage, filler, passage[:CUE])
+        prompts.append(np.concatenate(parts).tolist())
+        continuations.append(passage[CUE:])
+    return prompts, np.stack(continuations)
+
+
+def probe(cfg: ProbeConfig, progress: bool = True) -> dict:
+    runtimes, labels = open_exports(cfg.artifacts, cfg.backend, cfg.threads)
+    first = runtimes[0]
+    tokenizer = export_tokenizer(first)
+    stream = np.array([t for text in source_texts(cfg.prompts_from) for t in tokenizer.encode(text).ids], np.int64)
+    longest = PASSAGE + max(cfg.distances) + CUE + cfg.max_new_tokens
+    if longest > first.usable_context:
+        raise ValueError(f"a distance of {max(cfg.distances)} makes {longest}-token probes; this export's usable "
+                         f"context is {first.usable_context}: use shorter --distances")
+    runs = ([("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
+            + [("prompt-lookup", first, "prompt-lookup")])
+    cells = [(k, d) for k in cfg.kinds for d in cfg.distances]
+    bar = tqdm(total=len(cells) * cfg.prompts * len(runs), desc="probe", disable=not progress, dynamic_ncols=True)
+    rows = []
+    for kind, distance in cells:
+        prompts, continuations = probe_prompts(stream, kind, distance, cfg.prompts, cfg.seed)
+        tokens = {label: 0 for label, _, _ in runs}
+        rounds = dict(tokens)
+        explained = []
+        for prompt, expected in zip(prompts, continuations):
+            reference = None
+            for label, rt, draft in runs:
+                stats = run_once(rt, prompt, draft, cfg.max_new_tokens)
+                if reference is None:
+                    reference = stats.tokens
+                elif stats.tokens != reference:
+                    raise AssertionError(f"{label}: greedy speculative output differs from target-only output on a "
+                                         f"{kind} probe (distance {distance}): the loop is not exact")
+                tokens[label] += len(stats.tokens) - 1
+                rounds[label] += stats.rounds
+                bar.update()
+            explained.append(float(np.mean(np.array(reference) == expected[:len(reference)])))
+        rows.append({"kind": kind, "distance": distance, "prompts": len(prompts),
+                     "explained": float(np.mean(explained)),
+                     "tau": {label: tokens[label] / rounds[label] for label, _, _ in runs[1:]}})
+    bar.close()
+    return {"artifacts": [str(a) for a in cfg.artifacts], "backend": cfg.backend, "passage": PASSAGE, "cue": CUE,
+            "max_new_tokens": cfg.max_new_tokens, "window": {lab: rt.manifest["window"] for lab, rt in
+                                                              zip(labels, runtimes)}, "rows": rows}
+
+
+def format_probe(report: dict) -> str:
+    labels = list(report["rows"][0]["tau"])
+    lines = [f"{'probe':<9} {'distance':>8} {'explained':>9} " + " ".join(f"{lab:>14}" for lab in labels)]
+    for r in report["rows"]:
+        lines.append(f"{r['kind']:<9} {r['distance']:>8} {r['explained']:>9.0%} "
+                     + " ".join(f"{r['tau'][lab]:>14.2f}" for lab in labels))
+    return "\n".join(lines)
+
+
+def plot_probe(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(dict.fromkeys(r["kind"] for r in report["rows"]))
+    labels = list(report["rows"][0]["tau"])
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        rows = [r for r in report["rows"] if r["kind"] == kind]
+        x = [r["distance"] for r in rows]
+        for lab in labels:
+            ax.plot(x, [r["tau"][lab] for r in rows], marker="o", label=lab)
+        ax.set(title=f"{kind} evidence (explained: " + ", ".join(f"{r['explained']:.0%}" for r in rows) + ")",
+               xlabel="filler tokens", ylabel="tau (tokens per round)", xscale="log")
+        ax.set_xticks(x, [str(d) for d in x])
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1,0 +1,57 @@
+"""The nearby / distant evidence probes (issue 15): how the prompts are built, and `hyflash probe` end to end
+on a real export (every greedy run equal to target-only, a tau per drafter, kind and distance)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import export_folder
+from hyflash.cli import main
+from hyflash.runtime_py.probe import CUE, PASSAGE, probe_prompts
+
+
+def test_probe_prompts_put_the_passage_near_or_far_and_pair_them():
+    stream = np.arange(20_000)  # every token distinct: positions can be read back from the ids
+    near, cont_near = probe_prompts(stream, "nearby", 300, 4, seed=3)
+    far, cont_far = probe_prompts(stream, "distant", 300, 4, seed=3)
+    far2, cont_far2 = probe_prompts(stream, "distant", 700, 4, seed=3)
+    assert (cont_near == cont_far).all() and (cont_far == cont_far2).all()  # the same passages everywhere
+    for n, f, f2, c in zip(near, far, far2, cont_far):
+        passage = np.arange(c[0] - CUE, c[0] - CUE + PASSAGE)
+        assert len(n) == len(f) == PASSAGE + 300 + CUE and len(f2) == PASSAGE + 700 + CUE
+        assert n[-CUE:] == f[-CUE:] == passage[:CUE].tolist()  # the cue: the passage's first tokens
+        assert n[300:300 + PASSAGE] == passage.tolist()  # nearby: filler, passage, cue
+        assert f[:PASSAGE] == passage.tolist()  # distant: passage, filler, cue
+        filler = np.array(f[PASSAGE:PASSAGE + 300])
+        assert (np.diff(filler) == 1).all() and not np.isin(filler, np.arange(passage[0] - 2048, passage[-1] + 2048)).any()
+        assert c.tolist() == passage[CUE:].tolist()
+
+
+def test_probe_runs_every_drafter_exactly(qwen3_dir, tmp_path, capsys):
+    out = tmp_path / "exp"
+    assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "onnx",
+                 "--max-context", "256", "--prefill-chunk", "16", "--window", "24"]) == 0
+    text = tmp_path / "text.txt"
+    rng = np.random.default_rng(0)
+    text.write_text(" ".join(f"w{i}" for i in rng.integers(0, 96, 6_000)))
+    report_path, plot_path = tmp_path / "probe.json", tmp_path / "probe.png"
+    capsys.readouterr()
+    assert main(["probe", str(out), "--distances", "16,64", "--prompts", "2", "--max-new-tokens", "8",
+                 "--prompts-from", str(text), "--out", str(report_path), "--plot", str(plot_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report == json.loads(report_path.read_text()) and plot_path.stat().st_size > 0
+    cells = [(r["kind"], r["distance"]) for r in report["rows"]]
+    assert cells == [("nearby", 16), ("nearby", 64), ("distant", 16), ("distant", 64)]
+    for r in report["rows"]:
+        assert set(r["tau"]) == {"random", "prompt-lookup"} and all(1 <= t <= 8 for t in r["tau"].values())
+        assert 0 <= r["explained"] <= 1
+    # a probe longer than the export's usable context: one line, exit 2
+    assert main(["probe", str(out), "--distances", "4000", "--prompts-from", str(text)]) == 2
+    assert "usable context" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--kind", "far"], ["--distances", "1,x"], ["--max-new-tokens", "100"]])
+def test_probe_refuses_bad_flags(both_formats, args, capsys):
+    assert main(["probe", str(both_formats), *args]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
