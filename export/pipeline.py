@@ -159,9 +159,9 @@ def _talk_files(target_dir: Path, tmp: Path) -> dict:
     chat = ((tmp / "chat_template.jinja").is_file() or (tmp / "chat_template.json").is_file()
             or "chat_template" in (json.loads((tmp / "tokenizer_config.json").read_text())
                                    if (tmp / "tokenizer_config.json").is_file() else {}))
-    try:
-        eos = end_of_text_ids(tmp)
-    except ValueError:  # a model that never ends by itself: generation stops at the token limit
+    try:  # the target's generation_config.json, else its config.json
+        eos = end_of_text_ids(target_dir)
+    except ValueError:  # a model with no end-of-text id: generation stops at the token limit
         eos = []
     return {"eos_token_ids": eos, "chat_template": chat, "config": "generation_config.json"}
 

@@ -132,33 +132,47 @@ def _tokenizer(folder: Path):
 
 def _sampling(args):
     """--temperature / --top-p / --top-k, each defaulting to the export's generation_config.json (greedy
-    where it does not sample, or where the export has none)."""
+    where it does not sample, or where the export has none). Call after the export's checks."""
     from hyflash.runtime_py.sampling import Sampling
 
-    defaults = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
-    if (args.folder / "generation_config.json").is_file():
-        from hyflash.models.generation import generation_config, sampling_defaults
+    given = {k: getattr(args, k) for k in ("temperature", "top_p", "top_k") if getattr(args, k) is not None}
+    Sampling(**given)  # the flags' own values first (a bad one is named by its flag)
+    source = args.folder / "generation_config.json"
+    if not source.is_file():
+        return Sampling(**given)
+    from hyflash.models.generation import generation_config, sampling_defaults
 
-        defaults = sampling_defaults(generation_config(args.folder))
-    given = {k: getattr(args, k) for k in defaults if getattr(args, k) is not None}
-    return Sampling(**{**defaults, **given})
+    try:
+        defaults, ignored = sampling_defaults(generation_config(args.folder))
+    except OSError as e:  # transformers' error for an unreadable file
+        raise CliError(f"{source}: not a readable generation config ({str(e).splitlines()[0]})") from None
+    if ignored:
+        print(f"note: {source} sets {', '.join(ignored)}, which hyflash does not apply", file=sys.stderr)
+    try:
+        return Sampling(**{**defaults, **given})
+    except ValueError as e:  # then a value of the config's is out of range
+        raise CliError(f"{source}: {e} (the generation config's value; pass the flag to override)") from None
 
 
 def _generation(args):
     from hyflash.runtime_py.loop import GenerationConfig, Runtime
 
+    runtime = Runtime(args.folder, args.backend, args.threads)  # the export's files checked first
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=_sampling(args), seed=args.seed,
                            ignore_eos=args.ignore_eos, draft="none" if args.no_draft else args.draft)
-    return cfg, Runtime(args.folder, args.backend, args.threads)
+    return cfg, runtime
 
 
 def _conversation(args, runtime, cfg):
     from hyflash.models.generation import load_tokenizer
-    from hyflash.runtime_py.chat import Conversation
+    from hyflash.runtime_py.chat import Conversation, no_template
 
-    if not (runtime.manifest.get("generation") or {}).get("chat_template"):
-        raise CliError(f"{args.folder}: this export has no chat template (its target folder had none: "
-                       "chat_template.jinja, or chat_template in tokenizer_config.json); use --prompt")
+    generation = runtime.manifest.get("generation")
+    if generation is None:
+        raise CliError(f"{args.folder}: this export has no chat files (made before hyflash exported them); "
+                       "re-export it")
+    if not generation["chat_template"]:
+        raise CliError(no_template(args.folder))
     tokenizer = load_tokenizer(args.folder)
     return Conversation(runtime, tokenizer, cfg, args.system), lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
 

@@ -51,10 +51,18 @@ def generation_config(folder: Path):
     return GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(folder)))
 
 
-def sampling_defaults(gen) -> dict:
-    """A GenerationConfig's sampling settings as the runtime takes them: greedy unless do_sample."""
+# settings `transformers` would apply that the speculative loop does not (it samples from the target's
+# distribution after temperature, top-k and top-p only): name -> the value that means "off"
+UNSUPPORTED = {"repetition_penalty": 1.0, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+               "eta_cutoff": 0.0, "no_repeat_ngram_size": 0, "num_beams": 1}
+
+
+def sampling_defaults(gen) -> tuple[dict, list[str]]:
+    """A GenerationConfig's sampling settings as the runtime takes them (greedy unless do_sample), and
+    the settings it sets that the runtime does not apply ("name=value")."""
+    ignored = [f"{k}={getattr(gen, k)}" for k, off in UNSUPPORTED.items() if getattr(gen, k, off) not in (off, None)]
     if not gen.do_sample:
-        return {"temperature": 0.0, "top_p": 1.0, "top_k": 0}
+        return {"temperature": 0.0, "top_p": 1.0, "top_k": 0}, ignored
     return {"temperature": float(gen.temperature if gen.temperature is not None else 1.0),
             "top_p": float(gen.top_p if gen.top_p is not None else 1.0),
-            "top_k": int(gen.top_k or 0)}
+            "top_k": int(gen.top_k or 0)}, ignored

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from hyflash.models.hybrid import reliability
@@ -248,8 +249,6 @@ def open_exports(artifacts, backend: str, threads: int | None) -> tuple[list[Run
 
 def export_tokenizer(runtime: Runtime):
     """The export's tokenizer.json (prompts are built from text)."""
-    from tokenizers import Tokenizer
-
     path = runtime.folder / "tokenizer.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: building prompts from text needs the export's tokenizer")

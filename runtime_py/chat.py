@@ -11,17 +11,25 @@ prefilled from the start, and `Stats.prefilled` shows it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator
 
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 
 
+def no_template(folder) -> str:
+    return (f"{folder}: this export has no chat template (its target folder had none: chat_template.jinja, "
+            "or chat_template in tokenizer_config.json); use --prompt")
+
+
 class Conversation:
+    """Turn t samples with seed cfg.seed + t (greedy turns do not depend on it)."""
+
     def __init__(self, runtime: Runtime, tokenizer, cfg: GenerationConfig, system: str | None = None):
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(f"{runtime.folder}: this export has no chat template (its target folder had none: "
-                             "chat_template.jinja, or chat_template in tokenizer_config.json); use --prompt")
+            raise ValueError(no_template(runtime.folder))
         self.runtime, self.tokenizer, self.cfg = runtime, tokenizer, cfg
+        self.turns = 0
         self.messages: list[dict] = [{"role": "system", "content": system}] if system else []
         self.ids: list[int] = []  # the conversation as tokens: prompts and replies, in order
         self.text = ""  # the same conversation as text (what the template rendered, then the replies)
@@ -36,16 +44,23 @@ class Conversation:
 
     def turn(self, message: str, stats: Stats) -> Iterator[list[int]]:
         """Yield the reply's tokens as they are committed; the conversation then holds the turn (also when
-        the caller stops early, at a stop string: the reply is then what was yielded)."""
+        the caller stops early, at a stop string: the reply is then what was yielded). A turn refused
+        (a prompt past the usable context) leaves the conversation as it was."""
         prompt, text = self.prompt(message)
+        cfg = dataclasses.replace(self.cfg, seed=self.cfg.seed + self.turns)
         try:
-            yield from self.runtime.generate(prompt, self.cfg, stats, reuse=True)
-        finally:
-            reply = stats.tokens
-            self.messages += [{"role": "user", "content": message},
-                              {"role": "assistant", "content": self.tokenizer.decode(reply, skip_special_tokens=True)}]
-            self.text = text + self.tokenizer.decode(reply, skip_special_tokens=False)
-            self.ids = prompt + reply
+            yield from self.runtime.generate(prompt, cfg, stats, reuse=True)
+        except GeneratorExit:
+            self._record(message, prompt, text, stats.tokens)
+            raise
+        self._record(message, prompt, text, stats.tokens)
+
+    def _record(self, message: str, prompt: list[int], text: str, reply: list[int]) -> None:
+        self.messages += [{"role": "user", "content": message},
+                          {"role": "assistant", "content": self.tokenizer.decode(reply, skip_special_tokens=True)}]
+        self.text = text + self.tokenizer.decode(reply, skip_special_tokens=False)
+        self.ids = prompt + reply
+        self.turns += 1
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

@@ -4,7 +4,7 @@ The runtime owns every buffer, allocated once and bound to the graphs once (`bac
 the target's cache (`TargetCache`, rows written in place by the graphs at their positions),
 the drafter's window and state (`DrafterContext`), and the small inputs and outputs of every
 call. Rejected drafts cost no rollback: their cache rows are overwritten by the next round,
-and they never reach the drafter's state (only rows 0..k are committed).
+and they never reach the drafter's state (only the anchor and the accepted drafts are committed).
 """
 
 from __future__ import annotations
@@ -100,8 +100,6 @@ class Runtime:
         self.ctx = DrafterContext(c)
         self.calls = self._bind_all()
         self._busy = threading.Lock()
-        self.text: list[int] = []  # the tokens of the committed cache rows, row j = position j
-        self.drafter_rows = 0  # rows folded into the drafter's context (-1: out of step with the cache)
 
     def _bind(self, graph: str, pool_in: dict, pool_out: dict, cache: TargetCache | None = None) -> Call:
         """Bind a graph's inputs and outputs, by name, to arrays of the pools (allocated once)."""
@@ -190,7 +188,7 @@ class Runtime:
             self._run("state_commit", self.calls["state_commit", self.ctx.index], stats)
         self._run("window_shift", shift, stats)
         self.ctx.flip()
-        self.drafter_rows = pos + n if self.drafter_rows == pos else -1
+        self.ctx.folded(pos, n)
 
     def check_prompt(self, prompt: list[int]) -> None:
         if not prompt:
@@ -209,11 +207,11 @@ class Runtime:
         The target's cache can keep any prefix (later rows are overwritten); the drafter's memory cannot
         forget, so with the drafter the prefix must be everything it has folded in, or nothing."""
         n = 0
-        for a, b in zip(self.text, prompt[:-1]):
+        for a, b in zip(self.cache.tokens, prompt[:-1]):
             if a != b:
                 break
             n += 1
-        if use_drafter and n != self.drafter_rows:
+        if use_drafter and n != self.ctx.rows:
             return 0
         return n
 
@@ -225,11 +223,9 @@ class Runtime:
         pos = self.reusable(prompt, use_drafter) if reuse else 0
         if pos == 0:
             self.ctx.reset()
-            self.drafter_rows = 0
-        self.cache.commit(0, pos)
-        del self.text[pos:]
+        self.cache.commit(0, pos, prompt[:pos])
         if not use_drafter:
-            self.drafter_rows = -1  # the rows below are not folded into the drafter
+            self.ctx.rows = -1  # the rows below are not folded into the drafter
         stats.prefilled = len(prompt) - pos
         logits = None
         while pos < len(prompt):
@@ -246,9 +242,7 @@ class Runtime:
 
     def commit_rows(self, tokens: list[int], pos: int) -> None:
         """Cache rows pos.. (already written by the call at pos) now hold `tokens`; later rows are stale."""
-        self.cache.commit(pos, len(tokens))
-        del self.text[pos:]
-        self.text.extend(int(t) for t in tokens)
+        self.cache.commit(pos, len(tokens), tokens)
 
     def generate(self, prompt: list[int], cfg: GenerationConfig, stats: Stats | None = None,
                  reuse: bool = False) -> Iterator[list[int]]:

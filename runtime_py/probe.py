@@ -46,8 +46,9 @@ class ProbeConfig:
             raise ValueError(f"--kind must be nearby, distant or both (comma-separated), got {','.join(self.kinds)}")
         if not self.distances or min(self.distances) < 1:
             raise ValueError(f"--distances must be positive integers, got {list(self.distances)}")
-        if self.prompts < 1 or not 1 <= self.max_new_tokens <= PASSAGE - CUE:
-            raise ValueError(f"--prompts must be >= 1 and --max-new-tokens in 1..{PASSAGE - CUE}")
+        if self.prompts < 1 or not 2 <= self.max_new_tokens <= PASSAGE - CUE:
+            raise ValueError(f"--prompts must be >= 1 and --max-new-tokens in 2..{PASSAGE - CUE} (the first token "
+                             "comes from prefill: one more makes a round)")
 
 
 def probe_prompts(stream: np.ndarray, kind: str, distance: int, n: int, seed: int = 0
@@ -55,7 +56,7 @@ def probe_prompts(stream: np.ndarray, kind: str, distance: int, n: int, seed: in
     """n prompts of `kind` with `distance` filler tokens, and the passages' continuations (n, 72).
     Passages depend on the seed only (the same at every kind and distance: paired comparisons); a
     filler is taken at least 2,048 tokens away from its passage."""
-    need = PASSAGE + distance + 2 * 2048
+    need = PASSAGE + 2 * distance + 2 * 2048  # room for a filler on one side of any passage
     if len(stream) < need:
         raise ValueError(f"the probe text has {len(stream)} tokens; a distance of {distance} needs {need}")
     passage_rng, filler_rng = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1, distance])

@@ -16,19 +16,17 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from hyflash.runtime_py.bench import OptimumBaseline, source_texts
+from hyflash.runtime_py.bench import OptimumBaseline, export_tokenizer, source_texts
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
 
 def profile_prompt(runtime: Runtime, length: int, seed: int = 0) -> list[int]:
     """`length` tokens of held-out text where the export has a tokenizer, else seeded random ids.
     Every context takes a prefix of the same text: ask once for the longest."""
-    tok_path = runtime.folder / "tokenizer.json"
-    if tok_path.is_file():
-        tok = Tokenizer.from_file(str(tok_path))
+    if (runtime.folder / "tokenizer.json").is_file():
+        tok = export_tokenizer(runtime)
         ids: list[int] = []
         for text in source_texts(None):
             ids.extend(tok.encode(text).ids)

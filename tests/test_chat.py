@@ -97,25 +97,68 @@ def test_generate_chat_equals_transformers_and_stops_at_the_generation_config_eo
             assert got["tokens"][-1] == stop and got["stop_reason"] == "eos"
 
 
-def test_a_conversation_prefills_only_each_new_turn_and_equals_one_generation_over_its_history(chat_export):
+@pytest.mark.parametrize("drafts", [("model", "model", "model"), ("prompt-lookup", "model", "none")])
+def test_a_conversation_prefills_only_each_new_turn_and_equals_one_generation_over_its_history(chat_export, drafts):
+    """Each turn equals a fresh generation over the conversation's whole prompt; the runtime keeps every
+    committed row, and a turn after one that did not run the drafter (prompt-lookup, none) starts afresh
+    when it drafts with the model. Replies are cut at 9 tokens: a round that accepted drafts past the cut
+    commits only what it emitted (prompt-lookup on repeated messages makes accepted drafts likely)."""
     _, _, out, _ = chat_export
-    cfg = GenerationConfig(max_new_tokens=9, ignore_eos=True)  # each reply cut mid-block: commits stop at the cut
     chat_rt, fresh_rt = Runtime(out), Runtime(out)
-    conversation = Conversation(chat_rt, load_tokenizer(out), cfg, system="w1 w2")
-    before = 0  # tokens the previous turns left in the conversation (prompt and reply)
-    for turn, message in enumerate(["w5 w6 w7", "w10 w11", "w3 w40 w41 w42"]):
+    conversation = Conversation(chat_rt, load_tokenizer(out), GenerationConfig(max_new_tokens=9, ignore_eos=True),
+                                system="w1 w2")
+    before, previous = 0, None  # tokens the earlier turns left in the conversation; the draft they used
+    for turn, (message, draft) in enumerate(zip(["w5 w6 w7 w5 w6 w7", "w10 w11", "w5 w6 w7 w5 w6 w7"], drafts)):
+        conversation.cfg = GenerationConfig(max_new_tokens=9, ignore_eos=True, draft=draft)
         prompt, _ = conversation.prompt(message)
         assert prompt[:before] == conversation.ids  # the history is kept token for token
         stats = Stats()
         got = [t for new in conversation.turn(message, stats) for t in new]
         fresh = Stats()
-        ref = [t for new in fresh_rt.generate(prompt, cfg, fresh) for t in new]
+        ref = [t for new in fresh_rt.generate(prompt, conversation.cfg, fresh) for t in new]
         assert got == ref and len(got) == 9
+        kept = turn > 0 and not (draft != "none" and draft != "prompt-lookup" and previous in ("none", "prompt-lookup"))
         # the runtime kept everything but the last reply token (never committed): it prefills the rest
-        assert stats.prefilled == (len(prompt) if turn == 0 else len(prompt) - before + 1)
+        assert stats.prefilled == (len(prompt) - before + 1 if kept else len(prompt)), (turn, draft)
         assert fresh.prefilled == len(prompt)
-        assert chat_rt.text == (prompt + got)[:-1] and chat_rt.drafter_rows == len(chat_rt.text)
-        before = len(prompt) + len(got)
+        assert chat_rt.cache.tokens == (prompt + got)[:-1]
+        assert chat_rt.ctx.rows == (len(chat_rt.cache.tokens) if draft == "model" else -1)
+        before, previous = len(prompt) + len(got), draft
+
+
+def test_sampling_defaults_come_from_the_generation_config(chat_export, tmp_path, capsys):
+    """An export whose generation_config.json samples: generate uses its temperature / top-k / top-p
+    (the same tokens as the runtime given them, seeded), flags override them, and settings the loop
+    does not apply are named in one note."""
+    import shutil
+
+    _, _, out, _ = chat_export
+    sampled = tmp_path / "sampled"
+    shutil.copytree(out, sampled)
+    config = {"do_sample": True, "temperature": 0.7, "top_k": 5, "top_p": 0.9, "repetition_penalty": 1.05,
+              "eos_token_id": [IM_END]}
+    (sampled / "generation_config.json").write_text(json.dumps(config))
+    manifest = json.loads((sampled / "manifest.json").read_text())
+    from hyflash.runtime_py.manifest import file_hashes, seal
+
+    manifest["files"] = file_hashes(sampled, list(manifest["files"]))
+    (sampled / "manifest.json").write_text(json.dumps(seal({k: v for k, v in manifest.items()
+                                                            if k != "manifest_sha256"})))
+    prompt = [3, 4, 5, 6]
+
+    def run(sampling):
+        stats = Stats()
+        cfg = GenerationConfig(max_new_tokens=12, ignore_eos=True, sampling=sampling, seed=7)
+        return [t for new in Runtime(sampled).generate(prompt, cfg, stats) for t in new]
+    for flags, sampling in [([], Sampling(0.7, 0.9, 5)), (["--temperature", "0"], Sampling(0.0, 0.9, 5)),
+                            (["--top-k", "0", "--top-p", "1"], Sampling(0.7, 1.0, 0))]:
+        capsys.readouterr()
+        assert main(["generate", str(sampled), "--prompt-ids", "3,4,5,6", "--max-new-tokens", "12", "--seed", "7",
+                     "--ignore-eos", "--json", *flags]) == 0
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["tokens"] == run(sampling), flags
+        assert "repetition_penalty=1.05, which hyflash does not apply" in captured.err
+    assert run(Sampling(0.7, 0.9, 5)) != run(Sampling())  # sampled, not greedy
 
 
 def test_chat_command_keeps_the_conversation(chat_export, capsys, monkeypatch):
@@ -141,7 +184,8 @@ def test_top_k_then_top_p_as_transformers_applies_them():
 
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((6, 50)).astype(np.float32) * 3
-    logits[0, :4] = logits[0, 4]  # ties at the k-th value are kept by both
+    order = np.argsort(-logits[0])
+    logits[0, order[3:7]] = logits[0, order[4]]  # ties across the 5th largest value: top-5 keeps all of them
     for t, k, p in [(0.7, 5, 1.0), (1.0, 5, 0.6), (1.3, 0, 0.8), (1.0, 49, 0.95), (0.5, 50, 1.0)]:
         ours = Sampling(temperature=t, top_k=k, top_p=p).probs(logits)
         z = torch.from_numpy(logits)
@@ -152,6 +196,8 @@ def test_top_k_then_top_p_as_transformers_applies_them():
             z = TopPLogitsWarper(p)(None, z)
         theirs = torch.softmax(z.double(), -1).numpy()
         assert ((ours > 0) == (theirs > 0)).all(), (t, k, p)
+        if (k, p) == (5, 1.0):
+            assert (ours[0] > 0).sum() == 7  # the two tied beyond the 5th kept too
         np.testing.assert_allclose(ours, theirs, atol=1e-6)
     with pytest.raises(ValueError, match="--top-k"):
         Sampling(temperature=1.0, top_k=-1)

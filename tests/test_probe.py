@@ -5,9 +5,11 @@ import json
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
-from conftest import export_folder
 from hyflash.cli import main
+from hyflash.runtime_py.bench import run_once
+from hyflash.runtime_py.loop import Runtime
 from hyflash.runtime_py.probe import CUE, PASSAGE, probe_prompts
 
 
@@ -45,13 +47,19 @@ def test_probe_runs_every_drafter_exactly(qwen3_dir, tmp_path, capsys):
     assert cells == [("nearby", 16), ("nearby", 64), ("distant", 16), ("distant", 64)]
     for r in report["rows"]:
         assert set(r["tau"]) == {"random", "prompt-lookup"} and all(1 <= t <= 8 for t in r["tau"].values())
-        assert 0 <= r["explained"] <= 1
+    # `explained`, recomputed for one cell: the target's own greedy continuation against the passage's
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    stream = np.array(tok.encode(text.read_text()).ids)
+    prompts, continuations = probe_prompts(stream, "distant", 64, 2)
+    runtime = Runtime(out)
+    shares = [np.mean(np.array(run_once(runtime, p, "none", 8).tokens) == c[:8]) for p, c in zip(prompts, continuations)]
+    assert report["rows"][3]["explained"] == pytest.approx(float(np.mean(shares)))
     # a probe longer than the export's usable context: one line, exit 2
     assert main(["probe", str(out), "--distances", "4000", "--prompts-from", str(text)]) == 2
     assert "usable context" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args", [["--kind", "far"], ["--distances", "1,x"], ["--max-new-tokens", "100"]])
+@pytest.mark.parametrize("args", [["--kind", "far"], ["--distances", "1,x"], ["--max-new-tokens", "1"]])
 def test_probe_refuses_bad_flags(both_formats, args, capsys):
     assert main(["probe", str(both_formats), *args]) == 2
     assert capsys.readouterr().err.count("\n") == 1
