@@ -282,6 +282,8 @@ class Drafter(nn.Module):
         Folds rows < n_valid into the memory; other rows never influence anything."""
         valid = torch.arange(features.shape[0]) < n_valid  # (8,)
         c = self.fused(torch.where(valid[:, None], features, 0.0))
+        if all(isinstance(layer.mem, Mamba2) for layer in self.layers):  # all layers in one set of ops
+            return Mamba2.commit_layers([layer.mem for layer in self.layers], c, valid, ssm_state, conv_state, n_valid)
         ssm, conv = [], []
         for i, layer in enumerate(self.layers):
             s, cv = layer.mem.commit(c, valid, ssm_state[i], conv_state[i], n_valid)
@@ -298,12 +300,14 @@ class Drafter(nn.Module):
         pos = torch.where(valid, positions, -1)
         cos, sin = self.rotary(pos.clamp(min=0))
         keep = torch.arange(w) + n_valid  # rows n_valid .. n_valid+W-1 of [window; new]
-        ks, vs = [], []
-        for i, layer in enumerate(self.layers):
-            k, v = layer.kv_heads(c[None], cos, sin)  # (1, kvh, n, hd)
-            ks.append(torch.index_select(torch.cat([win_k[i], k[0]], dim=1), 1, keep))  # (kvh, W, hd)
-            vs.append(torch.index_select(torch.cat([win_v[i], v[0]], dim=1), 1, keep))
-        return torch.stack(ks), torch.stack(vs), torch.index_select(torch.cat([win_pos, pos]), 0, keep)
+        cfg = self.cfg
+        # every layer's K/V of the new rows, then one RoPE, one concat and one selection for all layers
+        kv = torch.stack([layer.kv(c[None])[0] for layer in self.layers])  # (L, n, 2*kvh*hd)
+        kv = kv.unflatten(-1, (2, cfg.kv_heads, cfg.head_dim)).permute(2, 0, 3, 1, 4)  # (2, L, kvh, n, hd)
+        k, v = apply_rotary(kv[0], cos, sin), kv[1]
+        return (torch.index_select(torch.cat([win_k, k], dim=2), 2, keep),
+                torch.index_select(torch.cat([win_v, v], dim=2), 2, keep),
+                torch.index_select(torch.cat([win_pos, pos]), 0, keep))
 
     def init_context(self, max_context: int, kv_dtype=torch.float32, state_dtype=torch.float32) -> dict:
         """The run-time buffers, empty: what the runtime allocates once and never grows."""

@@ -130,6 +130,35 @@ class Mamba2(Memory):
         add = xw @ B  # (h, P, n) @ (n, N) -> (h, P, N): one MatMul (a 3-operand Einsum is slow in onnxruntime)
         return total[:, None, None] * S + add
 
+    @staticmethod
+    def commit_layers(mems: list["Mamba2"], c, valid, S, conv_state, n_valid):
+        """`commit` of every layer at once, one op for all layers where `commit` has one per layer (the
+        layers fold the same features): c (8, d), valid (8,), S (L, h, P, N), conv_state (L, k-1, C)
+        -> (S, conv_state) of all layers. Same arithmetic as `commit` layer by layer."""
+        n, m0 = c.shape[0], mems[0]
+        proj = torch.stack([m.in_proj(c[None])[0] for m in mems])  # (L, n, C + h)
+        u, rest = proj[..., :m0.conv_channels], proj[..., m0.conv_channels:]
+        seq = torch.cat([conv_state, u], dim=1)  # (L, k-1+n, C)
+        keep = torch.arange(m0.kernel - 1, device=c.device) + n_valid
+        new_conv = torch.index_select(seq, 1, keep)
+        conv_w = torch.stack([m.conv_w for m in mems])  # (L, k, C)
+        out = torch.stack([m.conv_b for m in mems])[:, None]  # (L, 1, C)
+        for j in range(m0.kernel):
+            out = out + seq[:, j:j + n] * conv_w[:, j:j + 1]
+        conv_out = F.silu(out)  # (L, n, C)
+        h, hp = m0.heads, m0.heads * m0.head_dim
+        x = conv_out[..., :hp].unflatten(-1, (h, m0.head_dim))  # (L, n, h, P)
+        B = conv_out[..., hp:]  # (L, n, N)
+        dt = softplus(rest + torch.stack([m.dt_bias for m in mems])[:, None])  # (L, n, h)
+        dt = torch.where(valid[None, :, None], dt, 0.0)
+        dA = dt * -torch.exp(torch.stack([m.A_log for m in mems]))[:, None]  # (L, n, h)
+        later = torch.triu(torch.ones(n, n, dtype=dA.dtype, device=dA.device), diagonal=1)
+        decay_after = torch.exp(later @ dA)  # (L, n, h)
+        total = torch.exp(dA.sum(1))  # (L, h)
+        xw = ((decay_after * dt)[..., None] * x).permute(0, 2, 3, 1)  # (L, h, P, n)
+        add = xw @ B[:, None]  # (L, h, P, n) @ (L, 1, n, N) -> (L, h, P, N)
+        return total[:, :, None, None] * S + add, new_conv
+
     def states_at(self, c, anchors, history=None):
         """Inputs of the quadratic read for anchors (A,): contributions of every t < a (and t >= a-history)."""
         conv_out, rest = self.train_inputs(c)
