@@ -187,3 +187,20 @@ def test_stop_after_ends_a_run_early_on_the_full_schedule(tiny_corpus, tmp_path)
     assert (run / "model" / "config.json").is_file()
     assert main(args) == 0
     assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()] == [1, 2, 3, 4, 5, 6]
+
+
+def test_small_alphabet_random_rows_repeat_exactly_and_recur_within_a_segment():
+    """ngram's random rows: tokens from a few ids (so a token recurs inside a segment), repeats still exact,
+    EOS never drawn; the stage draws the alphabet size per row in its range."""
+    from hyflash.train.repeats import NGRAM_CURRICULUM
+
+    rng = np.random.default_rng(1)
+    for symbols in (8, 40):
+        row, reps = random_repeat_row(rng, 2049, 4096, 0, (64, 256), (0, 512), symbols)
+        assert len(set(row.tolist())) <= symbols and 0 not in row
+        for r in reps:
+            assert (row[r.dst:r.dst + r.length] == row[r.src:r.src + r.length]).all()
+            assert len(set(row[r.src:r.src + r.length].tolist())) < r.length  # tokens recur in the segment
+    rows, _ = curriculum_batch(np.arange(1, 50_000), 4096, 0, NGRAM_CURRICULUM, 0, np.random.default_rng(2), 16, 257)
+    sizes = {len(set(r.tolist())) for r in rows}
+    assert min(sizes) <= 64 and max(sizes) > 64  # small-alphabet random rows beside natural and plain ones
