@@ -504,9 +504,11 @@ def cmd_eval_target(args) -> int:
     stream = token_stream(args.corpus, args.tokenizer, "heldout")
     report = loss_by_position(target, stream, args.seq_len, args.windows)
     if fillers:
-        from hyflash.train.copyprobe import copy_rates
+        from hyflash.train.copyprobe import copy_accuracy, copy_rates
 
         report["copy_rate"] = copy_rates(target, stream, fillers, args.copy_probes)
+        report["copy_accuracy_teacher_forced"] = {f"copy_{f}": copy_accuracy(target, stream, f, args.copy_probes)
+                                                  for f in fillers}
     if args.plot:
         plot_loss_by_position(report, args.plot, {"drafter window 128": 128, "drafter training 512": 512})
     if args.json:

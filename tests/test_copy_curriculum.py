@@ -204,3 +204,24 @@ def test_small_alphabet_random_rows_repeat_exactly_and_recur_within_a_segment():
     rows, _ = curriculum_batch(np.arange(1, 50_000), 4096, 0, NGRAM_CURRICULUM, 0, np.random.default_rng(2), 16, 257)
     sizes = {len(set(r.tolist())) for r in rows}
     assert min(sizes) <= 64 and max(sizes) > 64  # small-alphabet random rows beside natural and plain ones
+
+
+def test_teacher_forced_copy_accuracy_scores_the_second_copy_one_sequence_at_a_time():
+    """copy_accuracy = the share of the repeated passage's tokens (after its first) that the target's argmax
+    predicts, given the passage, the filler and the copy so far: batching changes nothing, and it is the
+    per-sequence count done by hand."""
+    from hyflash.train.copyprobe import copy_accuracy
+
+    stream = np.random.default_rng(1).integers(1, VOCAB, size=20_000).astype(np.int64)
+    model, _ = tiny_target()
+    got = copy_accuracy(model, stream, 40, n=3, batch=2)
+    assert got == copy_accuracy(model, stream, 40, n=3, batch=1)
+    prompts, _ = probe_prompts(stream, 40, 3)
+    hits = 0
+    for p in prompts:
+        row = torch.from_numpy(np.concatenate([p[:PASSAGE + 40], p[:PASSAGE]]))[None]
+        with torch.no_grad():
+            logits, _ = model(row)
+        hits += sum(int(logits[0, PASSAGE + 40 + j].argmax()) == int(row[0, PASSAGE + 40 + j + 1])
+                    for j in range(PASSAGE - 1))
+    assert got == hits / (3 * (PASSAGE - 1))

@@ -70,6 +70,21 @@ def short_gap_copy_rates(model: Target, stream: np.ndarray, n: int = 8, seed: in
 
 
 @torch.no_grad()
+def copy_accuracy(model: Target, stream: np.ndarray, filler: int, n: int = 16, seed: int = 0, batch: int = 8,
+                  eos: int | None = 0) -> float:
+    """The probe's passages teacher-forced: passage, filler, the whole passage again; the share of the
+    second copy's tokens (after its first) that the target predicts. Greedy copying needs this near 1:
+    one miss and the greedy continuation leaves the passage."""
+    prompts, _ = probe_prompts(stream, filler, n, seed, eos)
+    rows = torch.from_numpy(np.concatenate([prompts[:, :PASSAGE + filler], prompts[:, :PASSAGE]], axis=1))
+    start, hits = PASSAGE + filler, 0
+    for i in range(0, n, batch):
+        logits, _ = model(rows[i:i + batch, :-1])
+        hits += int((logits[:, start:].argmax(-1) == rows[i:i + batch, start + 1:]).sum())
+    return hits / (n * (PASSAGE - 1))
+
+
+@torch.no_grad()
 def induction_accuracy(model: Target, vocab: int, n: int = 8, seg: int = 128, seed: int = 0, eos: int = 0) -> float:
     """Teacher-forced next-token accuracy on the second copy of a random-token segment repeated
     back to back (the classic induction test; the first copy is unpredictable by construction)."""
