@@ -1,6 +1,6 @@
-"""The second-generation target's three stages (scripts/target_v3.sh) on one time axis: training loss,
+"""The second-generation target's five stages (scripts/target_v3.sh) on one time axis: training loss,
 and the probes (distant-repeat copy rate, held-out loss, random-token induction accuracy).
-Usage: python scripts/target_v3_plot.py LOG_A LOG_B LOG_C OUT.png (each a run's log.jsonl)."""
+Usage: python scripts/target_v3_plot.py LOG_A ... LOG_E OUT.png (each a run's log.jsonl)."""
 
 import json
 import sys
@@ -12,23 +12,26 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 *logs, out = sys.argv[1:]
-names = ["A offset", "B induction", "C copy3"]
+names = ["A offset", "B induction", "C copy3", "D ngram", "E copy4"]
 fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4))
-offset = 0
+offset, probes = 0, []
 for name, path in zip(names, logs):
     log = [json.loads(line) for line in Path(path).read_text().splitlines()]
     ax1.plot([offset + e["step"] for e in log], [e["loss"] for e in log], lw=0.8, label=name)
-    probes = [e for e in log if "copy_256" in e]
-    x = [offset + e["step"] for e in probes]
-    for key, style in (("copy_256", "o-"), ("copy_1536", "s-"), ("induction_acc", "^-")):
-        ax2.plot(x, [e[key] for e in probes], style, ms=3, label=f"{key} ({name})")
-    ax3.plot(x, [e["heldout_loss"] for e in probes], "o-", ms=3, label=name)
-    ax1.axvline(offset, color="gray", lw=0.5)
+    probes += [{**e, "x": offset + e["step"]} for e in log if "copy_256" in e]
+    for ax in (ax1, ax2, ax3):
+        ax.axvline(offset, color="gray", lw=0.5)
+    ax2.text(offset + 5, 0.9, name.split()[0], fontsize=8)
     offset += log[-1]["step"]
+x = [e["x"] for e in probes]
+for key, label in (("copy_256", "copy rate, filler 256"), ("copy_1536", "copy rate, filler 1,536"),
+                   ("induction_acc", "random-token induction")):
+    ax2.plot(x, [e[key] for e in probes], "o-", ms=3, label=label)
+ax3.plot(x, [e["heldout_loss"] for e in probes], "o-", ms=3, label="held-out loss (4 windows)")
 ax1.set(title="training loss (A, B: on the copies only)", xlabel="step (stages end to end)", ylabel="nats")
 ax2.set(title="copy rate (filler 256 / 1,536) and induction", xlabel="step", ylabel="share", ylim=(-0.02, 1.02))
 ax3.set(title="held-out plain-text loss", xlabel="step", ylabel="nats")
-ax3.axhline(3.70, color="gray", lw=0.8, ls="--")  # the first-generation target's, the issue's bar
+ax3.axhline(3.70, color="gray", lw=0.8, ls="--", label="first-generation target (3.70)")
 for ax in (ax1, ax2, ax3):
     ax.legend(fontsize=6)
 fig.tight_layout()
