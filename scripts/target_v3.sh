@@ -46,3 +46,10 @@ stage() {  # name init curriculum steps stop_after batch seq_len threads probe_e
 # after: the measurement of results/target_v2_before.json on the result
 OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy4/model --windows 119 \
   --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_after.json
+
+# F (tried, not kept): 150 more steps of copy4 on a fresh schedule changed nothing measurable
+#   $H train-target --init-from runs/target-v3-copy4/model --curriculum copy4 --probe-every 50 \
+#     --out runs/target-v3-copy4b --steps 300 --stop-after 150 --batch 4 --seq-len 2048 --lr 1e-3 --warmup 10 \
+#     --checkpoint-every 25 --threads 2
+#   $H eval-target --target runs/target-v3-copy4b/model --windows 119 --copy-fillers 256,768,1536 \
+#     --copy-probes 16 --json > results/target_v3_copy4_more.json
