@@ -198,10 +198,14 @@ def _show(rounds, stats, decode, stops, stream) -> str | None:
     return text if decode else None
 
 
-def _summary(stats) -> str:
-    return (f"[{len(stats.tokens)} tokens, {stats.rounds} rounds, tau {stats.acceptance_length:.2f}, "
-            f"{stats.tokens_per_s:.1f} tokens/s, {stats.prefilled} of {stats.prompt_tokens} prompt tokens "
-            f"prefilled; stop: {stats.stop_reason}]")
+def _report(args, cfg, stats, text) -> None:
+    """A generation's result: one JSON line on stdout (--json), else a one-line summary on stderr."""
+    if args.json:
+        print(json.dumps({**stats.to_json(), "text": text, "backend": args.backend, "draft": cfg.draft}), flush=True)
+    else:
+        print(f"[{len(stats.tokens)} tokens, {stats.rounds} rounds, tau {stats.acceptance_length:.2f}, "
+              f"{stats.tokens_per_s:.1f} tokens/s, {stats.prefilled} of {stats.prompt_tokens} prompt tokens "
+              f"prefilled; stop: {stats.stop_reason}]", file=sys.stderr)
 
 
 def cmd_generate(args) -> int:
@@ -218,12 +222,7 @@ def cmd_generate(args) -> int:
         tokenizer = _tokenizer(args.folder)
         decode = tokenizer.decode if tokenizer else None
         rounds = runtime.generate(_prompt_ids(args, tokenizer), cfg, stats)
-    text = _show(rounds, stats, decode, args.stop, sys.stderr if args.json else sys.stdout)
-    result = {**stats.to_json(), "text": text, "backend": args.backend, "draft": cfg.draft}
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(_summary(stats), file=sys.stderr)
+    _report(args, cfg, stats, _show(rounds, stats, decode, args.stop, sys.stderr if args.json else sys.stdout))
     return 0
 
 
@@ -244,13 +243,8 @@ def cmd_chat(args) -> int:
         if not message.strip():
             continue
         stats = Stats()
-        text = _show(conversation.turn(message, stats), stats, decode, args.stop,
-                     sys.stderr if args.json else sys.stdout)
-        if args.json:
-            print(json.dumps({**stats.to_json(), "text": text, "backend": args.backend, "draft": cfg.draft}),
-                  flush=True)
-        else:
-            print(_summary(stats), file=sys.stderr)
+        _report(args, cfg, stats, _show(conversation.turn(message, stats), stats, decode, args.stop,
+                                        sys.stderr if args.json else sys.stdout))
     return 0
 
 

@@ -27,6 +27,30 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
     return torch.relu(x) + torch.log1p(torch.exp(-x.abs()))
 
 
+def causal_conv(seq, n: int, w, b):
+    """Depthwise causal conv + SiLU: seq (..., k-1+n, C), weights w (..., k, C), bias b broadcasting to
+    (..., n, C) -> (..., n, C). Leading dims: one layer, or all layers stacked."""
+    out = b
+    for j in range(w.shape[-2]):
+        out = out + seq[..., j:j + n, :] * w[..., j:j + 1, :]
+    return F.silu(out)
+
+
+def mamba2_update(S, x, B, dt, A_log, valid):
+    """S <- exp(sum dt*A) S + sum_i decay_after_i dt_i x_i (x) B_i over the n new rows, padding rows
+    (valid False) with dt = 0 after the softplus (they decay by exp(0) = 1 and add nothing).
+    S (..., h, P, N), x (..., n, h, P), B (..., n, N), dt (..., n, h), A_log broadcasting to dt."""
+    dt = torch.where(valid[:, None], dt, 0.0)
+    dA = dt * -torch.exp(A_log)  # (..., n, h)
+    n = dA.shape[-2]
+    later = torch.triu(torch.ones(n, n, dtype=dA.dtype, device=dA.device), diagonal=1)  # later[i, j] = j > i
+    decay_after = torch.exp(later @ dA)  # (..., n, h): decay applied to row i by rows i+1..n-1
+    total = torch.exp(dA.sum(-2))  # (..., h)
+    xw = ((decay_after * dt)[..., None] * x).movedim(-3, -1)  # (..., h, P, n): each row's x, weighted
+    add = xw @ B[..., None, :, :]  # (..., h, P, n) @ (..., 1, n, N): one MatMul (an Einsum is slow in onnxruntime)
+    return total[..., None, None] * S + add
+
+
 class GatedRMSNorm(nn.Module):
     """RMSNorm(y * silu(z)) * w, per head group as Mamba-2's output norm."""
 
@@ -63,10 +87,7 @@ class Memory(nn.Module):
 
     def conv(self, seq: torch.Tensor, n: int) -> torch.Tensor:
         """Causal depthwise conv + SiLU. seq: (..., k-1+n, C) with k-1 rows of history -> (..., n, C)."""
-        out = self.conv_b
-        for j in range(self.kernel):
-            out = out + seq[..., j:j + n, :] * self.conv_w[j]
-        return F.silu(out)
+        return causal_conv(seq, n, self.conv_w, self.conv_b)
 
     def commit(self, c, valid, S, conv_state, n_valid):
         """c: (8, d) already zero where not valid; valid: (8,) bool; S: (h, P, N); conv: (k-1, C)."""
@@ -120,44 +141,25 @@ class Mamba2(Memory):
 
     def update(self, S, conv_out, rest, valid):
         x, B, dt = self.split(conv_out, rest)
-        dt = torch.where(valid[:, None], dt, 0.0)  # after softplus: padding rows decay by exp(0) = 1
-        dA = dt * -torch.exp(self.A_log)  # (n, h)
-        n = dA.shape[0]
-        later = torch.triu(torch.ones(n, n, dtype=dA.dtype, device=dA.device), diagonal=1)  # later[i, j] = j > i
-        decay_after = torch.exp(later @ dA)  # (n, h): decay applied to row i by rows i+1..n-1
-        total = torch.exp(dA.sum(0))  # (h,)
-        xw = ((decay_after * dt)[:, :, None] * x).permute(1, 2, 0)  # (h, P, n): each row's x, weighted
-        add = xw @ B  # (h, P, n) @ (n, N) -> (h, P, N): one MatMul (a 3-operand Einsum is slow in onnxruntime)
-        return total[:, None, None] * S + add
+        return mamba2_update(S, x, B, dt, self.A_log, valid)
 
     @staticmethod
     def commit_layers(mems: list["Mamba2"], c, valid, S, conv_state, n_valid):
         """`commit` of every layer at once, one op for all layers where `commit` has one per layer (the
         layers fold the same features): c (8, d), valid (8,), S (L, h, P, N), conv_state (L, k-1, C)
-        -> (S, conv_state) of all layers. Same arithmetic as `commit` layer by layer."""
+        -> (S, conv_state) of all layers. The same functions as `commit`, on the layers' stacked parameters."""
         n, m0 = c.shape[0], mems[0]
         proj = torch.stack([m.in_proj(c[None])[0] for m in mems])  # (L, n, C + h)
         u, rest = proj[..., :m0.conv_channels], proj[..., m0.conv_channels:]
         seq = torch.cat([conv_state, u], dim=1)  # (L, k-1+n, C)
         keep = torch.arange(m0.kernel - 1, device=c.device) + n_valid
         new_conv = torch.index_select(seq, 1, keep)
-        conv_w = torch.stack([m.conv_w for m in mems])  # (L, k, C)
-        out = torch.stack([m.conv_b for m in mems])[:, None]  # (L, 1, C)
-        for j in range(m0.kernel):
-            out = out + seq[:, j:j + n] * conv_w[:, j:j + 1]
-        conv_out = F.silu(out)  # (L, n, C)
-        h, hp = m0.heads, m0.heads * m0.head_dim
-        x = conv_out[..., :hp].unflatten(-1, (h, m0.head_dim))  # (L, n, h, P)
-        B = conv_out[..., hp:]  # (L, n, N)
-        dt = softplus(rest + torch.stack([m.dt_bias for m in mems])[:, None])  # (L, n, h)
-        dt = torch.where(valid[None, :, None], dt, 0.0)
-        dA = dt * -torch.exp(torch.stack([m.A_log for m in mems]))[:, None]  # (L, n, h)
-        later = torch.triu(torch.ones(n, n, dtype=dA.dtype, device=dA.device), diagonal=1)
-        decay_after = torch.exp(later @ dA)  # (L, n, h)
-        total = torch.exp(dA.sum(1))  # (L, h)
-        xw = ((decay_after * dt)[..., None] * x).permute(0, 2, 3, 1)  # (L, h, P, n)
-        add = xw @ B[:, None]  # (L, h, P, n) @ (L, 1, n, N) -> (L, h, P, N)
-        return total[:, :, None, None] * S + add, new_conv
+        stack = lambda name: torch.stack([getattr(m, name) for m in mems])  # noqa: E731  (L, ...)
+        conv_out = causal_conv(seq, n, stack("conv_w"), stack("conv_b")[:, None])  # (L, n, C)
+        x, B = conv_out[..., :m0.heads * m0.head_dim].unflatten(-1, (m0.heads, m0.head_dim)), \
+            conv_out[..., m0.heads * m0.head_dim:]
+        dt = softplus(rest + stack("dt_bias")[:, None])  # (L, n, h)
+        return mamba2_update(S, x, B, dt, stack("A_log")[:, None], valid), new_conv
 
     def states_at(self, c, anchors, history=None):
         """Inputs of the quadratic read for anchors (A,): contributions of every t < a (and t >= a-history)."""

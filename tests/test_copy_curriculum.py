@@ -146,17 +146,25 @@ def test_init_from_loads_the_weights_exactly(tiny_corpus):
         _init_from(tiny_corpus / "init", other)
 
 
-def test_curriculum_run_with_init_from_and_probe_resumes(tiny_corpus, tmp_path, capsys):
+def _train_target(tiny_corpus, run, curriculum, *flags):
+    """train-target from the tiny corpus's init on `curriculum`, 2 rows of 64 tokens."""
     from hyflash.cli import main
 
+    return main(["train-target", "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tokenizer.json"),
+                 "--out", str(run), "--init-from", str(tiny_corpus / "init"), "--curriculum", curriculum,
+                 "--seq-len", "64", "--batch", "2", "--warmup", "1", *flags])
+
+
+def _log(run) -> list[dict]:
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+def test_curriculum_run_with_init_from_and_probe_resumes(tiny_corpus, tmp_path, capsys):
     run = tmp_path / "run"
-    args = ["train-target", "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tokenizer.json"),
-            "--out", str(run), "--init-from", str(tiny_corpus / "init"), "--curriculum", "copy",
-            "--probe-every", "2", "--seq-len", "64", "--batch", "2", "--warmup", "1", "--checkpoint-every", "2",
-            "--lr", "1e-4"]
-    assert main(args + ["--steps", "2"]) == 0
-    assert main(args + ["--steps", "4"]) == 0  # resumes at step 2; probes after 2 updates
-    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    flags = ["--probe-every", "2", "--checkpoint-every", "2", "--lr", "1e-4"]
+    assert _train_target(tiny_corpus, run, "copy", *flags, "--steps", "2") == 0
+    assert _train_target(tiny_corpus, run, "copy", *flags, "--steps", "4") == 0  # resumes at step 2; probes after 2 updates
+    log = _log(run)
     assert [e["step"] for e in log] == [1, 2, 3, 4]
     probed = [e for e in log if "copy_256" in e]
     assert [e["probe_after"] for e in probed] == [2.0] and "heldout_loss" in probed[0]
@@ -172,21 +180,17 @@ def test_curriculum_run_with_init_from_and_probe_resumes(tiny_corpus, tmp_path, 
 def test_stop_after_ends_a_run_early_on_the_full_schedule(tiny_corpus, tmp_path):
     """--stop-after N: the run ends after step N with the lr of --steps' schedule, writes its model, and
     resumes to the end later (a stage cut short, as scripts/target_v3.sh records)."""
-    from hyflash.cli import main
     from hyflash.train.loop import TrainConfig
 
     run = tmp_path / "run"
-    args = ["train-target", "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tokenizer.json"),
-            "--out", str(run), "--init-from", str(tiny_corpus / "init"), "--curriculum", "offset",
-            "--seq-len", "64", "--batch", "2", "--warmup", "1", "--checkpoint-every", "5", "--steps", "6",
-            "--lr", "1e-3"]
-    assert main(args + ["--stop-after", "3"]) == 0
-    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    flags = ["--checkpoint-every", "5", "--steps", "6", "--lr", "1e-3"]
+    assert _train_target(tiny_corpus, run, "offset", *flags, "--stop-after", "3") == 0
+    log = _log(run)
     schedule = TrainConfig(out=run, steps=6, batch=2, lr=1e-3, warmup=1)
     assert [e["step"] for e in log] == [1, 2, 3] and log[-1]["lr"] == schedule.lr_at(2)
     assert (run / "model" / "config.json").is_file()
-    assert main(args) == 0
-    assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()] == [1, 2, 3, 4, 5, 6]
+    assert _train_target(tiny_corpus, run, "offset", *flags) == 0
+    assert [e["step"] for e in _log(run)] == [1, 2, 3, 4, 5, 6]
 
 
 def test_small_alphabet_random_rows_repeat_exactly_and_recur_within_a_segment():
