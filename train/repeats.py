@@ -135,6 +135,13 @@ COPY4_CURRICULUM = (
     Stage(10**9, (0.1, 0.6, 0.3), natural_gap=(0, 1800), random_seg=(64, 256), random_gap=(0, 1536),
           copy_weight=4.0, random_weight=0.0, symbols=(8, 64)),
 )
+# copy5: after `copy4` plateaued (repeated code 85% teacher-forced, 10-12% greedily: one miss in ~7 tokens
+# ends a greedy copy), the copies carry still more of the loss: natural repeats in 80% of the rows, copies
+# 8x, no random rows, plain text beside them (held-out loss had 1 nat of slack against its bar).
+COPY5_CURRICULUM = (
+    Stage(10**9, (0.0, 0.8, 0.2), natural_gap=(0, 1800), random_seg=(64, 256), random_gap=(0, 1536),
+          copy_weight=8.0, random_weight=0.0),
+)
 # copy3: after `induction`, the circuit stretched to long gaps and carried over to natural text (copies
 # weighted 2x, random rows' unpredictable tokens out of the loss), with plain text throughout to bring the
 # plain loss back (induction-only training had taken it from 3.5 to 7.5); then plain loss with long repeats.
@@ -148,7 +155,7 @@ COPY3_CURRICULUM = (
 )
 CURRICULA = {"copy": COPY_CURRICULUM, "copy2": COPY2_CURRICULUM, "offset": OFFSET_CURRICULUM,
              "induction": INDUCTION_CURRICULUM, "copy3": COPY3_CURRICULUM, "ngram": NGRAM_CURRICULUM,
-             "copy4": COPY4_CURRICULUM}
+             "copy4": COPY4_CURRICULUM, "copy5": COPY5_CURRICULUM}
 
 
 def stage_at(schedule: tuple[Stage, ...], step: int) -> Stage:

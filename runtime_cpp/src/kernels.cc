@@ -1,0 +1,101 @@
+// The target's two cache kernels, registered with ExecuTorch's kernel registry at load time:
+//   llama::update_cache.out(value, cache, start_pos)  writes value [B, S, H, D] into cache [B, T, H, D]
+//                                                      at rows start_pos..start_pos+S-1;
+//   llama::custom_sdpa.out(q, k, v, start_pos, ...)   causal attention of q [B, S, Hq, D] over the cache
+//                                                      rows 0..start_pos+i for query row i (GQA: query
+//                                                      head h reads KV head h / (Hq / Hkv)).
+// They implement the schemas of ExecuTorch's extension/llm/custom_ops (what target.pte calls; the
+// manifest lists them under cache.pte.kernels), for the case the export emits: float32, no mask, causal.
+// Rows past start_pos + S are never read, so attention costs what the committed context costs.
+// Written for this project (the stock ExecuTorch libraries do not carry these kernels; see
+// docs/deploy.md); tested against the Python ops through the runner's token-for-token tests.
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
+#include <executorch/runtime/kernel/kernel_includes.h>
+
+namespace hyflash::kernels {
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::runtime::Error;
+using executorch::runtime::KernelRuntimeContext;
+
+namespace {
+
+bool is_bshd(const Tensor& t) { return t.dim() == 4 && t.scalar_type() == ScalarType::Float; }
+
+bool fail(KernelRuntimeContext& ctx, const char* what) {
+  ET_LOG(Error, "hyflash kernels: %s", what);
+  ctx.fail(Error::InvalidArgument);
+  return false;
+}
+
+}  // namespace
+
+Tensor& update_cache_out(KernelRuntimeContext& ctx, const Tensor& value, Tensor& cache, int64_t start_pos,
+                         Tensor& out) {
+  if (!is_bshd(value) || !is_bshd(cache)) return fail(ctx, "update_cache: float32 [B, S, H, D] tensors only"), out;
+  const int64_t b = value.size(0), s = value.size(1), row = value.size(2) * value.size(3), t = cache.size(1);
+  if (cache.size(0) != b || cache.size(2) * cache.size(3) != row || start_pos < 0 || start_pos + s > t)
+    return fail(ctx, "update_cache: the rows do not fit the cache"), out;
+  const float* src = value.const_data_ptr<float>();
+  float* dst = cache.mutable_data_ptr<float>();
+  for (int64_t i = 0; i < b; ++i)
+    std::memcpy(dst + (i * t + start_pos) * row, src + i * s * row, sizeof(float) * s * row);
+  return out;
+}
+
+Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                        int64_t start_pos, const std::optional<Tensor>& attn_mask, double dropout_p,
+                        bool is_causal, std::optional<double> scale, Tensor& out) {
+  if (!is_bshd(q) || !is_bshd(k) || !is_bshd(v) || !is_bshd(out)) return fail(ctx, "custom_sdpa: float32 [B, S, H, D] only"), out;
+  if (attn_mask.has_value() || !is_causal || dropout_p != 0.0)
+    return fail(ctx, "custom_sdpa: only causal attention without a mask or dropout (what hyflash exports)"), out;
+  const int64_t b = q.size(0), s = q.size(1), hq = q.size(2), d = q.size(3);
+  const int64_t t = k.size(1), hkv = k.size(2);
+  if (k.size(3) != d || v.size(1) != t || v.size(2) != hkv || v.size(3) != d || hkv == 0 || hq % hkv != 0 ||
+      out.size(0) != b || out.size(1) != s || out.size(2) != hq || out.size(3) != d || start_pos < 0 ||
+      start_pos + s > t)
+    return fail(ctx, "custom_sdpa: shapes do not agree"), out;
+  const float factor = static_cast<float>(scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(d)));
+  const int64_t group = hq / hkv;
+  const float *qp = q.const_data_ptr<float>(), *kp = k.const_data_ptr<float>(), *vp = v.const_data_ptr<float>();
+  float* op = out.mutable_data_ptr<float>();
+  thread_local std::vector<float> score;
+  score.resize(start_pos + s);
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t i = 0; i < s; ++i)
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t g = h / group, keys = start_pos + i + 1;  // causal: rows 0..start_pos+i
+        const float* qrow = qp + ((bi * s + i) * hq + h) * d;
+        float best = -INFINITY;
+        for (int64_t j = 0; j < keys; ++j) {
+          const float* krow = kp + ((bi * t + j) * hkv + g) * d;
+          float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t x = 0; x < d; ++x) dot += qrow[x] * krow[x];
+          score[j] = dot * factor;
+          best = std::max(best, score[j]);
+        }
+        float total = 0.f;
+        for (int64_t j = 0; j < keys; ++j) total += score[j] = std::exp(score[j] - best);
+        float* orow = op + ((bi * s + i) * hq + h) * d;
+        std::fill(orow, orow + d, 0.f);
+        for (int64_t j = 0; j < keys; ++j) {
+          const float* vrow = vp + ((bi * t + j) * hkv + g) * d;
+          const float p = score[j] / total;
+#pragma omp simd
+          for (int64_t x = 0; x < d; ++x) orow[x] += p * vrow[x];
+        }
+      }
+  return out;
+}
+
+EXECUTORCH_LIBRARY(llama, "update_cache.out", update_cache_out);
+EXECUTORCH_LIBRARY(llama, "custom_sdpa.out", custom_sdpa_out);
+
+}  // namespace hyflash::kernels

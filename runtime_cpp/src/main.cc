@@ -1,0 +1,131 @@
+// hyflash-run: the speculative loop over an export's .pte programs, from the command line.
+//
+//   hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K]
+//               [--seed S] [--ignore-eos] [--no-draft] [--repeat R] [--json]
+//
+// Ids in, ids out (the runner has no tokenizer). --json prints what `hyflash generate --json` prints,
+// one object per line; --repeat R runs the prompt R times with seeds S, S+1, ... (each run from an
+// empty cache), for measurements and distribution checks. Bad input: one line on stderr, exit 2.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <executorch/runtime/platform/runtime.h>
+
+#include "runner.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+const char* const kUsage =
+    "usage: hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] "
+    "[--top-k K] [--seed S] [--ignore-eos] [--no-draft] [--repeat R] [--json]";
+
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+int64_t parse_int(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno) throw UsageError(flag + " expects an integer, got '" + text + "'");
+  return v;
+}
+
+double parse_float(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v)) throw UsageError(flag + " expects a number, got '" + text + "'");
+  return v;
+}
+
+std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    ids.push_back(parse_int("--prompt-ids", item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ids;
+}
+
+struct Args {
+  std::string folder;
+  std::vector<int64_t> prompt;
+  bool have_prompt = false, json = false;
+  int64_t repeat = 1;
+  hyflash::GenerationConfig cfg;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  std::vector<std::string> rest(argv + 1, argv + argc);
+  auto value = [&](size_t& i) -> const std::string& {
+    if (i + 1 >= rest.size()) throw UsageError(rest[i] + " expects a value");
+    return rest[++i];
+  };
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& f = rest[i];
+    if (f == "--prompt-ids") a.prompt = parse_ids(value(i)), a.have_prompt = true;
+    else if (f == "--max-new-tokens") a.cfg.max_new_tokens = parse_int(f, value(i));
+    else if (f == "--temperature") a.cfg.sampling.temperature = parse_float(f, value(i));
+    else if (f == "--top-p") a.cfg.sampling.top_p = parse_float(f, value(i));
+    else if (f == "--top-k") a.cfg.sampling.top_k = parse_int(f, value(i));
+    else if (f == "--seed") a.cfg.seed = static_cast<uint64_t>(parse_int(f, value(i)));
+    else if (f == "--repeat") a.repeat = parse_int(f, value(i));
+    else if (f == "--ignore-eos") a.cfg.ignore_eos = true;
+    else if (f == "--no-draft") a.cfg.draft = false;
+    else if (f == "--json") a.json = true;
+    else if (f == "-h" || f == "--help") { std::cout << kUsage << "\n"; std::exit(0); }
+    else if (f.rfind("--", 0) == 0) throw UsageError("unknown option " + f);
+    else if (a.folder.empty()) a.folder = f;
+    else throw UsageError("unexpected argument '" + f + "'");
+  }
+  if (a.folder.empty()) throw UsageError("give the export folder");
+  if (!a.have_prompt) throw UsageError("give the prompt as --prompt-ids 1,2,3");
+  if (a.cfg.max_new_tokens < 1) throw UsageError("--max-new-tokens must be >= 1, got " + std::to_string(a.cfg.max_new_tokens));
+  if (a.cfg.sampling.temperature < 0) throw UsageError("--temperature must be >= 0");
+  if (!(a.cfg.sampling.top_p > 0 && a.cfg.sampling.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
+  if (a.cfg.sampling.top_k < 0) throw UsageError("--top-k must be >= 0 (0 = off)");
+  if (a.repeat < 1) throw UsageError("--repeat must be >= 1");
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  executorch::runtime::runtime_init();
+  try {
+    Args a = parse(argc, argv);
+    hyflash::Runner runner(a.folder);
+    const uint64_t seed = a.cfg.seed;
+    for (int64_t r = 0; r < a.repeat; ++r) {
+      a.cfg.seed = seed + static_cast<uint64_t>(r);
+      hyflash::Stats stats = runner.generate(a.prompt, a.cfg);
+      if (a.json) {
+        std::cout << stats.to_json() << "\n";
+        continue;
+      }
+      for (size_t i = 0; i < stats.tokens.size(); ++i) std::cout << (i ? "," : "") << stats.tokens[i];
+      std::cout << "\n";
+      std::fprintf(stderr, "%zu tokens, tau %.2f tokens/round, %.1f tokens/s, prefill %.3f s, stop: %s\n",
+                   stats.tokens.size(), stats.acceptance_length(), stats.tokens_per_s(), stats.prefill_s,
+                   stats.stop_reason.c_str());
+    }
+    std::cout.flush();
+    return 0;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "hyflash-run: error: %s\n%s\n", e.what(), kUsage);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hyflash-run: error: %s\n", e.what());
+  }
+  return kExitUsage;
+}

@@ -1,0 +1,54 @@
+// manifest.json: the checks every loader makes (the same as runtime_py/manifest.py's load_manifest),
+// and the graph contract read by name (docs/design.md, sections 2 and 3).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "json.h"
+
+namespace hyflash {
+
+constexpr int kFormatVersion = 2;
+constexpr int kVerifyRows = 8;  // anchor + 7 drafts: target_verify's width and every drafter commit's
+
+// An export folder that is missing, damaged, or not what it claims (one line: what and the fix).
+struct ArtifactError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct TensorSpec {
+  std::string name, dtype;  // dtype: "float32" | "int64"
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+
+struct GraphSpec {
+  std::string model;                 // "drafter" | "target"
+  std::string pte_file, pte_method;  // empty when the graph was not exported to .pte
+  std::vector<TensorSpec> inputs, outputs;
+  const TensorSpec& io(const std::string& name) const;  // throws ArtifactError
+  bool has(const std::string& name) const;
+};
+
+struct Manifest {
+  std::string folder;
+  json::Value raw;
+  std::map<std::string, GraphSpec> graphs;
+  int64_t block = 0, window = 0, max_context = 0, prefill_chunk = 0, vocab = 0;
+  bool has_memory = false;
+  std::vector<int64_t> eos;  // generation.eos_token_ids, else target.config.eos_token_id
+  std::string drafter_name;
+
+  const GraphSpec& graph(const std::string& name) const;
+  int64_t usable_context() const { return max_context - kVerifyRows; }
+};
+
+// Reads and checks folder/manifest.json: format version, its own checksum, required keys, paths
+// inside the folder, the sizes agreeing with each other, and the sha256 of every listed file.
+Manifest load_manifest(const std::string& folder);
+
+}  // namespace hyflash

@@ -1,0 +1,359 @@
+#include "runner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+namespace hyflash {
+
+using executorch::aten::ScalarType;
+using executorch::extension::Module;
+using executorch::runtime::EValue;
+using executorch::runtime::Error;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const char* const kStateNames[] = {"win_k", "win_v", "win_pos", "ssm_state", "conv_state"};
+const char* const kTargetGraphs[] = {"target_prefill", "target_verify", "target_decode"};
+const char* const kDrafterGraphs[] = {"draft_read", "state_commit", "window_shift"};
+
+bool is_state(const std::string& name) {
+  return std::find(std::begin(kStateNames), std::end(kStateNames), name) != std::end(kStateNames);
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string error_name(Error e) {
+  switch (e) {
+    case Error::OperatorMissing: return "OperatorMissing";
+    case Error::InvalidProgram: return "InvalidProgram";
+    case Error::InvalidArgument: return "InvalidArgument";
+    case Error::NotFound: return "NotFound";
+    case Error::MemoryAllocationFailed: return "MemoryAllocationFailed";
+    default: return "error " + std::to_string(static_cast<int>(e));
+  }
+}
+
+std::string json_number(double x) {
+  std::ostringstream s;
+  s.precision(17);
+  s << x;
+  return s.str();
+}
+
+}  // namespace
+
+Buffer::Buffer(const TensorSpec& s) : spec(s) {
+  std::vector<executorch::aten::SizesType> sizes(s.shape.begin(), s.shape.end());
+  if (s.dtype == "int64") {
+    ints.assign(s.numel(), 0);
+    tensor = executorch::extension::from_blob(ints.data(), sizes, ScalarType::Long);
+  } else {
+    floats.assign(s.numel(), 0.f);
+    tensor = executorch::extension::from_blob(floats.data(), sizes, ScalarType::Float);
+  }
+}
+
+void Buffer::fill_state() {
+  std::fill(floats.begin(), floats.end(), 0.f);
+  std::fill(ints.begin(), ints.end(), spec.name == "win_pos" ? -1 : 0);
+}
+
+// ------------------------------------------------------------------------------------------ stats
+
+double Stats::acceptance_length() const {
+  return rounds ? static_cast<double>(tokens.size() - 1) / rounds : 0.0;
+}
+
+double Stats::tokens_per_s() const { return decode_s > 0 ? (tokens.size() - 1) / decode_s : 0.0; }
+
+std::string Stats::to_json() const {
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  std::string ms = "{", calls = "{", bytes = "{";
+  for (const auto& [g, total] : graph_ms) {
+    ms += (ms.size() > 1 ? ", " : "") + json::quote(g) + ": " + json_number(total / graph_calls.at(g));
+    calls += (calls.size() > 1 ? ", " : "") + json::quote(g) + ": " + std::to_string(graph_calls.at(g));
+  }
+  for (const auto& [k, v] : drafter_context_bytes) bytes += (bytes.size() > 1 ? ", " : "") + json::quote(k) + ": " + std::to_string(v);
+  return "{\"tokens\": " + list(tokens) + ", \"prompt_tokens\": " + std::to_string(prompt_tokens) +
+         ", \"rounds\": " + std::to_string(rounds) + ", \"acceptance_length\": " + json_number(acceptance_length()) +
+         ", \"accepted_per_slot\": " + list(accepted_per_slot) + ", \"tokens_per_s\": " + json_number(tokens_per_s()) +
+         ", \"prefill_s\": " + json_number(prefill_s) + ", \"prefilled\": " + std::to_string(prompt_tokens) +
+         ", \"decode_s\": " + json_number(decode_s) + ", \"graph_ms\": " + ms + "}, \"graph_calls\": " + calls +
+         "}, \"stop_reason\": " + json::quote(stop_reason) + ", \"drafter_context_bytes\": " + bytes + "}}";
+}
+
+// ----------------------------------------------------------------------------------------- runner
+
+Runner::Runner(const std::string& folder) : m_(load_manifest(folder)) {
+  namespace fs = std::filesystem;
+  for (const char* g : kTargetGraphs)
+    if (m_.graph(g).pte_file.empty())
+      throw ArtifactError(folder + ": this export has no .pte programs; export with --format pte (or both)");
+  auto open = [&](const std::string& rel, bool share) {
+    // one Module per program: the target's three methods then share its mutable buffers (the cache)
+    return std::make_unique<Module>((fs::path(folder) / rel).string(), Module::LoadMode::Mmap, nullptr, nullptr,
+                                    nullptr, share);
+  };
+  target_ = open(m_.graph("target_verify").pte_file, true);
+  drafter_ = open(m_.graph("draft_read").pte_file, false);
+  for (const auto& [name, spec] : m_.graphs) {
+    Module& module = spec.model == "target" ? *target_ : *drafter_;
+    Error e = module.load_method(spec.pte_method);
+    if (e != Error::Ok) {
+      std::string why = e == Error::OperatorMissing
+                            ? "a kernel it needs is not registered (target.pte needs llama::update_cache and "
+                              "llama::custom_sdpa, which this runner carries; see the log above)"
+                            : error_name(e);
+      throw ArtifactError(folder + "/" + spec.pte_file + ": method " + spec.pte_method + " does not load: " + why +
+                          "; re-export with this version of hyflash");
+    }
+    check_method(module, name);
+  }
+  for (const auto& [name, spec] : m_.graphs)
+    for (const auto& t : spec.inputs) {
+      if (is_state(t.name)) {
+        if (!state_.count(t.name)) state_[t.name] = std::make_unique<Buffer>(t);
+      } else {
+        std::string key = spec.model == "target" ? name + "/" + t.name : t.name;
+        if (!small_.count(key)) small_[key] = std::make_unique<Buffer>(t);
+      }
+    }
+  for (const auto& [name, spec] : m_.graphs) calls_[name] = bind(name, spec.model == "target" ? target_.get() : drafter_.get());
+  reset_context();
+}
+
+void Runner::check_method(Module& module, const std::string& graph) {
+  const GraphSpec& spec = m_.graph(graph);
+  auto meta = module.method_meta(spec.pte_method);
+  std::string where = m_.folder + "/" + spec.pte_file + " method " + spec.pte_method;
+  if (!meta.ok()) throw ArtifactError(where + ": no metadata; re-export");
+  for (int kind = 0; kind < 2; ++kind) {
+    const auto& declared = kind ? spec.outputs : spec.inputs;
+    size_t n = kind ? meta->num_outputs() : meta->num_inputs();
+    std::string what = kind ? "outputs" : "inputs";
+    if (n != declared.size())
+      throw ArtifactError(where + ": the manifest declares " + std::to_string(declared.size()) + " " + what +
+                          ", the graph has " + std::to_string(n) + "; re-export");
+    for (size_t i = 0; i < n; ++i) {
+      auto info = kind ? meta->output_tensor_meta(i) : meta->input_tensor_meta(i);
+      const TensorSpec& t = declared[i];
+      if (!info.ok()) throw ArtifactError(where + ": " + what + " " + std::to_string(i) + " is not a tensor; re-export");
+      ScalarType want = t.dtype == "int64" ? ScalarType::Long : ScalarType::Float;
+      auto sizes = info->sizes();
+      std::vector<int64_t> got(sizes.begin(), sizes.end());
+      if (info->scalar_type() != want || got != t.shape)
+        throw ArtifactError(where + ": " + what.substr(0, what.size() - 1) + " " + std::to_string(i) + " (" + t.name +
+                            ") differs from the manifest in dtype or shape; re-export");
+    }
+  }
+}
+
+Runner::Call Runner::bind(const std::string& graph, Module* module) {
+  const GraphSpec& spec = m_.graph(graph);
+  Call call{graph, module, {}};
+  for (const auto& t : spec.inputs) {
+    Buffer& b = is_state(t.name) ? *state_.at(t.name) : *small_.at(spec.model == "target" ? graph + "/" + t.name : t.name);
+    call.inputs.emplace_back(*b.tensor);
+  }
+  return call;
+}
+
+Runner::Outputs Runner::run(const std::string& key, Stats& stats) {
+  Call& call = calls_.at(key);
+  auto t = Clock::now();
+  auto result = call.module->execute(m_.graph(call.graph).pte_method, call.inputs);
+  if (!result.ok())
+    throw std::runtime_error(call.graph + " failed to run (" + error_name(result.error()) + ")");
+  std::string name = stats.decoding ? call.graph : "prefill/" + call.graph;
+  stats.graph_ms[name] += seconds_since(t) * 1e3;
+  stats.graph_calls[name] += 1;
+  return std::move(result.get());
+}
+
+namespace {
+// The output `name` of `graph` among its outputs (arena memory: valid until the method runs again).
+template <typename T>
+const T* output(const GraphSpec& spec, const std::vector<EValue>& outs, const std::string& name) {
+  for (size_t i = 0; i < spec.outputs.size(); ++i)
+    if (spec.outputs[i].name == name) return outs.at(i).toTensor().const_data_ptr<T>();
+  throw ArtifactError("the graph has no output '" + name + "'; re-export");
+}
+}  // namespace
+
+void Runner::check_room(int64_t pos, int64_t width) const {
+  if (pos < 0 || pos > committed_ || pos + width > m_.max_context)
+    throw std::runtime_error("a " + std::to_string(width) + "-row call at position " + std::to_string(pos) +
+                             " does not fit the cache (" + std::to_string(committed_) + " committed of " +
+                             std::to_string(m_.max_context) + " rows)");
+}
+
+std::pair<const float*, const float*> Runner::run_target(const std::string& graph, const std::vector<int64_t>& tokens,
+                                                         int64_t pos, Stats& stats, Outputs& keep) {
+  Buffer &ids = *small_.at(graph + "/tokens"), &positions = *small_.at(graph + "/positions");
+  const int64_t width = static_cast<int64_t>(ids.ints.size());
+  check_room(pos, width);
+  std::fill(ids.ints.begin(), ids.ints.end(), 0);  // padding rows: any valid id
+  std::copy(tokens.begin(), tokens.end(), ids.ints.begin());
+  for (int64_t r = 0; r < width; ++r) positions.ints[r] = pos + r;
+  keep = run(graph, stats);
+  const GraphSpec& spec = m_.graph(graph);
+  return {output<float>(spec, keep, "logits"), output<float>(spec, keep, "features")};
+}
+
+const int64_t* Runner::draft(int64_t anchor, int64_t pos, Stats& stats, Outputs& keep) {
+  small_.at("anchor_token")->ints[0] = anchor;
+  small_.at("anchor_pos")->ints[0] = pos;
+  keep = run("draft_read", stats);
+  return output<int64_t>(m_.graph("draft_read"), keep, "draft_tokens");
+}
+
+void Runner::commit(const float* features, int64_t pos, int64_t n, Stats& stats) {
+  Buffer& feats = *small_.at("features");
+  const size_t width = feats.floats.size() / kVerifyRows;
+  std::copy(features, features + n * width, feats.floats.begin());  // rows >= n are never read (n_valid)
+  small_.at("n_valid")->ints[0] = n;
+  Buffer& positions = *small_.at("positions");
+  for (int64_t r = 0; r < kVerifyRows; ++r) positions.ints[r] = pos + r;
+  for (const char* graph : {"state_commit", "window_shift"}) {
+    if (!m_.graphs.count(graph)) continue;  // no memory: no state_commit
+    Outputs outs = run(graph, stats);
+    const GraphSpec& spec = m_.graph(graph);
+    for (size_t i = 0; i < spec.outputs.size(); ++i) {  // X_out -> X: the new context
+      const std::string& name = spec.outputs[i].name;
+      Buffer& dst = *state_.at(name.substr(0, name.size() - 4));
+      std::memmove(dst.data(), outs[i].toTensor().const_data_ptr(), dst.nbytes());
+    }
+  }
+}
+
+void Runner::reset_context() {
+  for (auto& [name, b] : state_) b->fill_state();
+}
+
+void Runner::check_prompt(const std::vector<int64_t>& prompt) const {
+  if (prompt.empty()) throw std::invalid_argument("the prompt is empty; give at least one token");
+  for (int64_t t : prompt)
+    if (t < 0 || t >= m_.vocab)
+      throw std::invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                                  std::to_string(m_.vocab - 1) + ")");
+  if (static_cast<int64_t>(prompt.size()) >= m_.usable_context())
+    throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) +
+                                " tokens; this export's usable context is " + std::to_string(m_.usable_context()) +
+                                " (max_context " + std::to_string(m_.max_context) + " - " +
+                                std::to_string(kVerifyRows) +
+                                "): shorten the prompt or export with a larger --max-context");
+}
+
+std::vector<int64_t> Runner::stop(const std::vector<int64_t>& fresh, Stats& stats, const GenerationConfig& cfg,
+                                  int64_t prompt_len, int64_t limit) const {
+  const int64_t done = static_cast<int64_t>(stats.tokens.size()), room = limit - prompt_len - done;
+  std::vector<int64_t> out;
+  for (int64_t t : fresh) {
+    if (static_cast<int64_t>(out.size()) == room) break;
+    out.push_back(t);
+    if (!cfg.ignore_eos && std::find(m_.eos.begin(), m_.eos.end(), t) != m_.eos.end()) {
+      stats.stop_reason = "eos";
+      return out;
+    }
+  }
+  if (prompt_len + done + static_cast<int64_t>(out.size()) >= limit)
+    stats.stop_reason = limit < m_.usable_context()
+                            ? "max_new_tokens"
+                            : "usable context reached (" + std::to_string(m_.usable_context()) +
+                                  " tokens = max_context " + std::to_string(m_.max_context) + " - " +
+                                  std::to_string(kVerifyRows) + ")";
+  return out;
+}
+
+std::map<std::string, int64_t> Runner::context_bytes(int64_t committed) const {
+  const int64_t win = state_.at("win_k")->nbytes() + state_.at("win_v")->nbytes();
+  const int64_t occupied = win * std::min(committed, m_.window) / m_.window, pos = state_.at("win_pos")->nbytes();
+  int64_t state = 0;
+  for (const char* name : {"ssm_state", "conv_state"})
+    if (state_.count(name)) state += state_.at(name)->nbytes();
+  return {{"allocated", win + pos + state}, {"occupied", occupied + pos + state}, {"window_allocated", win},
+          {"window_occupied", occupied}, {"state", state},
+          {"target_kv_allocated", m_.raw.at("memory").at("target_kv_bytes").as_int()}};
+}
+
+Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg) {
+  check_prompt(prompt);
+  if (cfg.max_new_tokens < 1) throw std::invalid_argument("--max-new-tokens must be >= 1");
+  Stats stats;
+  stats.prompt_tokens = static_cast<int64_t>(prompt.size());
+  Rng rng(cfg.seed);
+  const int64_t vocab = m_.vocab, block = m_.block, len = stats.prompt_tokens;
+  Outputs target_out, draft_out;
+
+  // 1. prefill: target_prefill in chunks (target_verify where a chunk would pass the cache's end);
+  // every prompt feature folded into the drafter, 8 rows at a time
+  auto t0 = Clock::now();
+  committed_ = 0;
+  reset_context();
+  for (int64_t pos = 0; pos < len;) {
+    std::string graph = pos + m_.prefill_chunk <= m_.max_context ? "target_prefill" : "target_verify";
+    int64_t width = m_.graph(graph).io("tokens").shape[0], n = std::min(width, len - pos);
+    std::vector<int64_t> ids(prompt.begin() + pos, prompt.begin() + pos + n);
+    auto [logits, feats] = run_target(graph, ids, pos, stats, target_out);
+    committed_ = pos + n;
+    const int64_t feature = m_.graph(graph).io("features").shape[1];
+    if (cfg.draft)
+      for (int64_t r = 0; r < n; r += kVerifyRows) commit(feats + r * feature, pos + r, std::min<int64_t>(kVerifyRows, n - r), stats);
+    last_logits_.assign(logits + (n - 1) * vocab, logits + n * vocab);  // the arena is reused by the next call
+    pos += n;
+  }
+  stats.prefill_s = seconds_since(t0);
+  stats.decoding = true;
+
+  int64_t pos = len;  // the anchor's position: rows < pos are committed
+  const int64_t limit = std::min(m_.usable_context(), len + cfg.max_new_tokens);
+  int64_t anchor = choose(last_logits_.data(), vocab, cfg.sampling, rng);
+  std::vector<int64_t> fresh = stop({anchor}, stats, cfg, len, limit);
+  auto t1 = Clock::now();
+  while (true) {
+    stats.tokens.insert(stats.tokens.end(), fresh.begin(), fresh.end());
+    if (!stats.stop_reason.empty()) break;
+    if (!cfg.draft) {  // target-only: one row at a time through target_decode
+      auto [logits, feats] = run_target("target_decode", {anchor}, pos, stats, target_out);
+      committed_ = pos + 1;
+      anchor = choose(logits, vocab, cfg.sampling, rng);
+      pos += 1;
+      fresh = stop({anchor}, stats, cfg, len, limit);
+      continue;
+    }
+    // 2. draft d_1..d_7 for positions pos+1..pos+7
+    const int64_t* d = draft(anchor, pos, stats, draft_out);
+    std::vector<int64_t> drafts(d, d + block);
+    // 3. verify [anchor, d_1..d_7] at pos..pos+7 (all 8 rows written; rejected ones go stale)
+    std::vector<int64_t> ids = {anchor};
+    ids.insert(ids.end(), drafts.begin(), drafts.end());
+    auto [logits, feats] = run_target("target_verify", ids, pos, stats, target_out);
+    // 4. accept the longest agreeing prefix, plus the target's bonus token
+    auto [k, bonus] = accept(drafts.data(), static_cast<int>(block), logits, vocab, cfg.sampling, rng);
+    stats.rounds += 1;
+    stats.accepted_per_slot.resize(block, 0);
+    for (int i = 0; i < k; ++i) stats.accepted_per_slot[i] += 1;
+    // 5. emit d_1..d_k and the bonus, cut at EOS or the token limit; the bonus is the next anchor
+    std::vector<int64_t> emitted(drafts.begin(), drafts.begin() + k);
+    emitted.push_back(bonus);
+    fresh = stop(emitted, stats, cfg, len, limit);
+    // 6. commit rows 0..n-1: the anchor and the emitted drafts but the last emitted token
+    const int64_t n = static_cast<int64_t>(fresh.size());
+    committed_ = pos + n;
+    commit(feats, pos, n, stats);
+    anchor = bonus;
+    pos += n;
+  }
+  stats.decode_s = seconds_since(t1);
+  if (cfg.draft) stats.drafter_context_bytes = context_bytes(pos);
+  return stats;
+}
+
+}  // namespace hyflash

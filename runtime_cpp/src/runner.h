@@ -1,0 +1,95 @@
+// The speculative loop over target.pte and drafter.pte, as docs/design.md (section 5) states it and
+// runtime_py/loop.py runs it: prefill in chunks, draft, verify, accept, commit rows 0..k.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <executorch/extension/module/module.h>
+#include <executorch/extension/tensor/tensor.h>
+
+#include "manifest.h"
+#include "sampling.h"
+
+namespace hyflash {
+
+struct GenerationConfig {
+  int64_t max_new_tokens = 128;
+  Sampling sampling;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+  bool draft = true;  // false: target-only through target_decode
+};
+
+struct Stats {
+  int64_t prompt_tokens = 0, rounds = 0;
+  std::vector<int64_t> tokens, accepted_per_slot;
+  std::map<std::string, double> graph_ms;  // summed; reported as the mean per call
+  std::map<std::string, int64_t> graph_calls;
+  double prefill_s = 0, decode_s = 0;
+  std::string stop_reason;
+  std::map<std::string, int64_t> drafter_context_bytes;
+  bool decoding = false;  // graph times are keyed "prefill/<graph>" until decoding starts
+
+  double acceptance_length() const;
+  double tokens_per_s() const;
+  std::string to_json() const;  // the keys and meanings of `hyflash generate --json`
+};
+
+// One input or state tensor the runner owns: its storage and an ExecuTorch tensor over it.
+struct Buffer {
+  TensorSpec spec;
+  std::vector<int64_t> ints;  // int64 storage
+  std::vector<float> floats;  // float32 storage
+  executorch::extension::TensorPtr tensor;
+  explicit Buffer(const TensorSpec& s);
+  void* data() { return ints.empty() ? static_cast<void*>(floats.data()) : static_cast<void*>(ints.data()); }
+  size_t nbytes() const { return ints.size() * 8 + floats.size() * 4; }
+  void fill_state();  // zeros; win_pos -1 (an empty window row)
+};
+
+class Runner {
+ public:
+  explicit Runner(const std::string& folder);  // throws ArtifactError / std::runtime_error
+  Stats generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg);
+  const Manifest& manifest() const { return m_; }
+
+ private:
+  using Outputs = std::vector<executorch::runtime::EValue>;
+  struct Call {
+    std::string graph;
+    executorch::extension::Module* module;
+    std::vector<executorch::runtime::EValue> inputs;
+  };
+
+  Manifest m_;
+  std::unique_ptr<executorch::extension::Module> target_, drafter_;
+  std::map<std::string, std::unique_ptr<Buffer>> small_;  // "<graph>/tokens", "features", "n_valid", ...
+  // The drafter context (window, state). ExecuTorch writes a method's outputs into its own arena,
+  // so one copy suffices: each commit method reads it, then its *_out outputs are copied back.
+  std::map<std::string, std::unique_ptr<Buffer>> state_;
+  std::map<std::string, Call> calls_;
+  int64_t committed_ = 0;
+  std::vector<float> last_logits_;
+
+  void check_method(executorch::extension::Module& module, const std::string& graph);
+  Call bind(const std::string& graph, executorch::extension::Module* module);
+  Outputs run(const std::string& key, Stats& stats);
+  // a target graph on tokens at positions pos.. (padded to its width) -> (logits, features) views
+  std::pair<const float*, const float*> run_target(const std::string& graph, const std::vector<int64_t>& tokens,
+                                                   int64_t pos, Stats& stats, Outputs& keep);
+  const int64_t* draft(int64_t anchor, int64_t pos, Stats& stats, Outputs& keep);
+  void commit(const float* features, int64_t pos, int64_t n, Stats& stats);
+  void reset_context();
+  void check_room(int64_t pos, int64_t width) const;
+  void check_prompt(const std::vector<int64_t>& prompt) const;
+  std::vector<int64_t> stop(const std::vector<int64_t>& fresh, Stats& stats, const GenerationConfig& cfg,
+                            int64_t prompt_len, int64_t limit) const;
+  std::map<std::string, int64_t> context_bytes(int64_t committed) const;
+};
+
+}  // namespace hyflash
