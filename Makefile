@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-slow install clean
+.PHONY: demo test test-slow install runner clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,10 +22,15 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/hyflash demo
 
-test: $(STAMP)
+# the native runner (runtime_cpp/), built against the ExecuTorch wheel the install step put in the venv
+runner: $(STAMP)
+	cmake -S runtime_cpp -B build/runtime_cpp -DEXECUTORCH_ROOT="$$($(BIN)/python -c 'import executorch; print(list(executorch.__path__)[0])')" > /dev/null
+	cmake --build build/runtime_cpp -j2
+
+test: $(STAMP) runner
 	$(BIN)/python -m pytest -q
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) runner
 	$(BIN)/python -m pytest -q -m slow
 
 clean:

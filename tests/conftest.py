@@ -58,3 +58,15 @@ def qwen3_dir(tmp_path_factory):
 def both_formats(qwen3_dir, tmp_path_factory):
     """The one export in the fast suite that lowers to .pte too (random mamba2 drafter)."""
     return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("exp") / "both", "both")
+
+
+@pytest.fixture(scope="session")
+def reference_pte(tmp_path_factory):
+    """The embedded pair exported to .pte (slow tests only: lowering its target takes minutes)."""
+    from hyflash.export.pipeline import ExportConfig, export
+    from hyflash.models.loading import resolve
+
+    out = tmp_path_factory.mktemp("reference") / "pte"
+    export(ExportConfig(target=resolve("reference", "target"), drafter=str(resolve("reference", "drafter")), out=out,
+                        formats=("pte",)), progress=False)
+    return out

@@ -11,16 +11,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from hyflash.demo import PROMPT
-from hyflash.export.pipeline import ExportConfig, export
-from hyflash.models.loading import resolve
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
-
-
-def _export(tmp_path_factory, fmt):
-    out = tmp_path_factory.mktemp("reference") / fmt
-    export(ExportConfig(target=resolve("reference", "target"), drafter=str(resolve("reference", "drafter")), out=out,
-                        formats=(fmt,)), progress=False)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +66,8 @@ def test_trained_drafter_greedy_equals_target_only_onnxruntime(reference_export,
 
 
 @pytest.mark.slow  # the reference target's .pte takes minutes to lower
-def test_trained_drafter_greedy_equals_target_only_executorch(tmp_path_factory, prompt):
-    _greedy_equals_target_only(_export(tmp_path_factory, "pte"), prompt, "executorch")
+def test_trained_drafter_greedy_equals_target_only_executorch(reference_pte, prompt):
+    _greedy_equals_target_only(reference_pte, prompt, "executorch")
 
 
 def test_long_run_to_the_usable_context(reference_export):

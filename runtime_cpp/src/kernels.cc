@@ -9,6 +9,7 @@
 // Rows past start_pos + S are never read, so attention costs what the committed context costs.
 // Written for this project (the stock ExecuTorch libraries do not carry these kernels; see
 // docs/deploy.md); tested against the Python ops through the runner's token-for-token tests.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -16,6 +17,7 @@
 
 #include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
 #include <executorch/runtime/kernel/kernel_includes.h>
+#include <executorch/runtime/kernel/thread_parallel_interface.h>
 
 namespace hyflash::kernels {
 
@@ -65,33 +67,66 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
   const int64_t group = hq / hkv;
   const float *qp = q.const_data_ptr<float>(), *kp = k.const_data_ptr<float>(), *vp = v.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
-  thread_local std::vector<float> score;
-  score.resize(start_pos + s);
-  for (int64_t bi = 0; bi < b; ++bi)
-    for (int64_t i = 0; i < s; ++i)
-      for (int64_t h = 0; h < hq; ++h) {
-        const int64_t g = h / group, keys = start_pos + i + 1;  // causal: rows 0..start_pos+i
-        const float* qrow = qp + ((bi * s + i) * hq + h) * d;
-        float best = -INFINITY;
-        for (int64_t j = 0; j < keys; ++j) {
-          const float* krow = kp + ((bi * t + j) * hkv + g) * d;
-          float dot = 0.f;
+  // One task per (batch, KV head): its nq = S x group query vectors share every K and V row they read.
+  // Scores for all of them at once, key by key, vectorised across the queries (Q transposed, scaled);
+  // with few queries (decode) a dot product per key instead. Then a softmax per query over its causal
+  // keys, and the weighted V rows accumulated key by key.
+  executorch::extension::parallel_for(0, b * hkv, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> qt, score, acc;
+    const int64_t nq = s * group, keys = start_pos + s;
+    qt.resize(d * nq);
+    score.resize(nq * keys);
+    acc.resize(nq);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bi = task / hkv, g = task % hkv;
+      auto query = [&](int64_t qi) { return qp + ((bi * s + qi / group) * hq + g * group + qi % group) * d; };
+      auto key_row = [&](const float* base, int64_t j) { return base + ((bi * t + j) * hkv + g) * d; };
+      for (int64_t qi = 0; qi < nq; ++qi)
+        for (int64_t x = 0; x < d; ++x) qt[x * nq + qi] = query(qi)[x] * factor;
+      for (int64_t j = 0; j < keys; ++j) {
+        const float* krow = key_row(kp, j);
+        if (nq >= 8) {
+          std::fill(acc.begin(), acc.end(), 0.f);
+          for (int64_t x = 0; x < d; ++x) {
+            const float kx = krow[x], *col = qt.data() + x * nq;
+            float* a = acc.data();
+#pragma omp simd
+            for (int64_t qi = 0; qi < nq; ++qi) a[qi] += kx * col[qi];
+          }
+        } else {
+          for (int64_t qi = 0; qi < nq; ++qi) {
+            const float* qrow = query(qi);
+            float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-          for (int64_t x = 0; x < d; ++x) dot += qrow[x] * krow[x];
-          score[j] = dot * factor;
-          best = std::max(best, score[j]);
+            for (int64_t x = 0; x < d; ++x) dot += qrow[x] * krow[x];
+            acc[qi] = dot * factor;
+          }
         }
+        for (int64_t qi = 0; qi < nq; ++qi) score[qi * keys + j] = acc[qi];
+      }
+      for (int64_t qi = 0; qi < nq; ++qi) {  // softmax over keys 0..start_pos+i (causal)
+        float* row = score.data() + qi * keys;
+        const int64_t n = start_pos + qi / group + 1;
+        const float best = *std::max_element(row, row + n);
         float total = 0.f;
-        for (int64_t j = 0; j < keys; ++j) total += score[j] = std::exp(score[j] - best);
-        float* orow = op + ((bi * s + i) * hq + h) * d;
-        std::fill(orow, orow + d, 0.f);
-        for (int64_t j = 0; j < keys; ++j) {
-          const float* vrow = vp + ((bi * t + j) * hkv + g) * d;
-          const float p = score[j] / total;
+#pragma omp simd reduction(+ : total)
+        for (int64_t j = 0; j < n; ++j) total += row[j] = std::exp(row[j] - best);
+        const float inv = 1.f / total;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+      }
+      for (int64_t qi = 0; qi < nq; ++qi) std::fill_n(op + (query(qi) - qp), d, 0.f);
+      for (int64_t j = 0; j < keys; ++j) {
+        const float* vrow = key_row(vp, j);
+        for (int64_t qi = std::max<int64_t>(0, (j - start_pos) * group); qi < nq; ++qi) {  // queries that see key j
+          float* orow = op + (query(qi) - qp);
+          const float p = score[qi * keys + j];
 #pragma omp simd
           for (int64_t x = 0; x < d; ++x) orow[x] += p * vrow[x];
         }
       }
+    }
+  });
   return out;
 }
 

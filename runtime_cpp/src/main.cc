@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <executorch/runtime/platform/platform.h>
 #include <executorch/runtime/platform/runtime.h>
 
 #include "runner.h"
@@ -21,6 +22,16 @@
 namespace {
 
 constexpr int kExitUsage = 2;
+
+// ExecuTorch's log lines go to stderr: errors always, debug and info lines (CPU probing at load, ...)
+// only with HYFLASH_RUN_VERBOSE=1, so that a refused input reads as one line.
+void log_line(et_timestamp_t, et_pal_log_level_t level, const char* file, const char*, size_t line,
+              const char* message, size_t length) {
+  static const bool verbose = std::getenv("HYFLASH_RUN_VERBOSE") != nullptr;
+  if (level == kDebug || (level == kInfo && !verbose)) return;
+  std::fprintf(stderr, "%c executorch:%s:%zu] %.*s\n", static_cast<char>(level), file, line,
+               static_cast<int>(length), message);
+}
 const char* const kUsage =
     "usage: hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] "
     "[--top-k K] [--seed S] [--ignore-eos] [--no-draft] [--repeat R] [--json]";
@@ -102,6 +113,7 @@ Args parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  executorch::runtime::register_pal(executorch::runtime::PalImpl::create(log_line, __FILE__));
   executorch::runtime::runtime_init();
   try {
     Args a = parse(argc, argv);

@@ -1,0 +1,176 @@
+"""hyflash-run (runtime_cpp/): the loop in C++ over the .pte programs gives the Python runtime's tokens,
+samples the target's distribution, and refuses bad input in one line (issue 18)."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from hyflash.models.loading import load_target
+from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.sampling import Sampling
+from test_runtime import _exact_second_token_distribution, _gof
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build" / "runtime_cpp"
+RUNNER = BUILD / "hyflash-run"
+
+
+@pytest.fixture(scope="session")
+def runner():
+    """The runner, built (incrementally) as `make runner` builds it."""
+    import executorch
+
+    root = list(executorch.__path__)[0]
+    if not (BUILD / "CMakeCache.txt").is_file():
+        subprocess.run(["cmake", "-S", str(ROOT / "runtime_cpp"), "-B", str(BUILD), f"-DEXECUTORCH_ROOT={root}"],
+                       check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(BUILD), "-j2"], check=True, capture_output=True)
+    return RUNNER
+
+
+def run(runner, folder, prompt, *flags):
+    """hyflash-run ... --json -> (exit code, [one dict per run], stderr)."""
+    out = subprocess.run([str(runner), str(folder), "--prompt-ids", ",".join(map(str, prompt)), "--json", *flags],
+                         capture_output=True, text=True)
+    runs = [json.loads(line) for line in out.stdout.splitlines()] if out.returncode == 0 else []
+    return out.returncode, runs, out.stderr
+
+
+def python_stats(runtime, prompt, **kw):
+    stats = Stats()
+    list(runtime.generate(prompt, GenerationConfig(**kw), stats))
+    return stats
+
+
+def _same_as_python(runner, folder, prompts, max_new_tokens):
+    runtime = Runtime(folder, "executorch")
+    for prompt in prompts:
+        for draft in ("model", "none"):
+            flags = ["--max-new-tokens", str(max_new_tokens), "--ignore-eos"] + (["--no-draft"] if draft == "none" else [])
+            code, (c,), err = run(runner, folder, prompt, *flags)
+            assert code == 0, err
+            p = python_stats(runtime, prompt, max_new_tokens=max_new_tokens, ignore_eos=True, draft=draft)
+            assert c["tokens"] == p.tokens
+            assert (c["rounds"], c["accepted_per_slot"], c["stop_reason"]) == (p.rounds, p.accepted_per_slot,
+                                                                               p.stop_reason)
+            assert c["graph_calls"] == dict(p.graph_calls)  # the same calls in the same phases
+            if draft == "model":
+                assert c["drafter_context_bytes"] == p.drafter_context_bytes
+    return runtime
+
+
+def test_greedy_equals_the_python_runtime(runner, both_formats):
+    """Token for token, round for round, with and without the drafter; prompts that end in every part
+    of a prefill chunk, up to the usable context (the tail through target_verify)."""
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, 96, n).tolist() for n in (1, 9, 16, 29, 70)]
+    _same_as_python(runner, both_formats, prompts, 24)
+    code, (c,), err = run(runner, both_formats, prompts[-1], "--max-new-tokens", "200", "--ignore-eos")
+    assert c["stop_reason"].startswith("usable context reached") and c["prompt_tokens"] + len(c["tokens"]) == 96 - 8
+
+
+def test_stops_at_eos_as_the_python_runtime(runner, both_formats):
+    runtime = Runtime(both_formats, "executorch")
+    prompt = [5, 17, 33, 8, 61, 2, 40, 40, 12]
+    free = python_stats(runtime, prompt, max_new_tokens=12, ignore_eos=True).tokens
+    eos = sorted(runtime.eos)
+    code, (c,), _ = run(runner, both_formats, prompt, "--max-new-tokens", "12")
+    p = python_stats(runtime, prompt, max_new_tokens=12)
+    assert c["tokens"] == p.tokens and c["stop_reason"] == p.stop_reason
+    assert (c["stop_reason"] == "eos") == any(t in eos for t in free)
+
+
+def test_sampled_runs_have_the_target_distribution(runner, both_formats, qwen3_dir):
+    """T = 1.0, top-p 0.95: the token after the first verify round (the one the acceptance rule decides)
+    follows the target's exact distribution, by the chi-square check of the Python loop's test."""
+    prompt = [5, 17, 33, 8, 61, 2, 40, 40, 12]
+    sampling = Sampling(temperature=1.0, top_p=0.95)
+    exact = _exact_second_token_distribution(load_target(qwen3_dir), prompt, sampling)
+    for flags in ([], ["--no-draft"]):
+        code, runs, err = run(runner, both_formats, prompt, "--max-new-tokens", "2", "--ignore-eos", "--temperature",
+                              "1.0", "--top-p", "0.95", "--repeat", "600", *flags)
+        assert code == 0, err
+        counts = np.bincount([r["tokens"][1] for r in runs], minlength=96)
+        assert _gof(counts, exact) > 1e-3
+        assert all(r["rounds"] == (0 if flags else 1) for r in runs)
+    sampled = ("--max-new-tokens", "6", "--ignore-eos", "--temperature", "1.0")
+    _, three, _ = run(runner, both_formats, prompt, *sampled, "--repeat", "3")
+    _, again, _ = run(runner, both_formats, prompt, *sampled, "--repeat", "3")
+    _, second, _ = run(runner, both_formats, prompt, *sampled, "--seed", "1")
+    tokens = [r["tokens"] for r in three]
+    assert tokens == [r["tokens"] for r in again] and second[0]["tokens"] == tokens[1]  # run i: seed + i
+
+
+def test_json_has_the_keys_of_hyflash_generate(runner, both_formats):
+    code, (c,), _ = run(runner, both_formats, [3, 4, 5], "--max-new-tokens", "9")
+    for key in ("tokens", "prompt_tokens", "rounds", "acceptance_length", "accepted_per_slot", "graph_ms",
+                "tokens_per_s", "prefill_s", "decode_s", "stop_reason", "drafter_context_bytes"):
+        assert key in c
+    assert c["acceptance_length"] == (len(c["tokens"]) - 1) / c["rounds"]
+    assert set(c["graph_ms"]) == {"prefill/target_prefill", "prefill/state_commit", "prefill/window_shift",
+                                  "draft_read", "target_verify", "state_commit", "window_shift"}
+
+
+def _tampered(folder, tmp_path, edit):
+    copy = tmp_path / "export"
+    shutil.copytree(folder, copy)
+    edit(copy)
+    return copy
+
+
+def _flip_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def _edit_manifest(folder):
+    m = json.loads((folder / "manifest.json").read_text())
+    m["window"] = m["window"] + 1
+    (folder / "manifest.json").write_text(json.dumps(m))
+
+
+BAD = {
+    "no folder": (lambda f, t: t / "nowhere", [1, 2], "not a folder"),
+    "drafter.pte changed": (lambda f, t: _tampered(f, t, lambda c: _flip_byte(c / "drafter.pte")), [1, 2],
+                            "does not match the manifest"),
+    "target.pte missing": (lambda f, t: _tampered(f, t, lambda c: (c / "target.pte").unlink()), [1, 2],
+                           "missing from the export"),
+    "manifest edited": (lambda f, t: _tampered(f, t, _edit_manifest), [1, 2], "manifest_sha256"),
+    "id outside the vocabulary": (lambda f, t: f, [5, 96], "outside the vocabulary (0..95)"),
+    "prompt too long": (lambda f, t: f, list(range(88)), "usable context is 88"),
+    "empty prompt": (lambda f, t: f, [], "expects an integer"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_is_refused_in_one_line(runner, both_formats, tmp_path, case):
+    make, prompt, message = BAD[case]
+    folder = make(both_formats, tmp_path)
+    out = subprocess.run([str(runner), str(folder), "--prompt-ids", ",".join(map(str, prompt))], capture_output=True,
+                         text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    first = out.stderr.splitlines()[0]
+    assert first.startswith("hyflash-run: error: ") and message in first, out.stderr
+
+
+def test_unknown_option_is_refused(runner, both_formats):
+    out = subprocess.run([str(runner), str(both_formats), "--prompt-ids", "1", "--temprature", "1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown option --temprature" in out.stderr
+
+
+@pytest.mark.slow  # the reference target's .pte takes minutes to lower
+def test_embedded_pair_greedy_equals_the_python_runtime(runner, reference_pte):
+    """Held-out prompts of 256-2,000 tokens, with and without the trained drafter."""
+    cfg = BenchConfig((reference_pte,), buckets=(256, 1024, 2001), prompts_per_bucket=1, max_new_tokens=48)
+    tokenizer = Tokenizer.from_file(str(reference_pte / "tokenizer.json"))
+    prompts = [p for group in make_prompts(tokenizer, source_texts(None), cfg, 2048).values() for p in group]
+    runtime = _same_as_python(runner, reference_pte, prompts, 48)
+    assert python_stats(runtime, prompts[0], max_new_tokens=48, ignore_eos=True).acceptance_length > 1.5
