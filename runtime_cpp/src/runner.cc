@@ -1,9 +1,9 @@
 #include "runner.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 
 namespace hyflash {
 
@@ -36,11 +36,10 @@ std::string error_name(Error e) {
   }
 }
 
-std::string json_number(double x) {
-  std::ostringstream s;
-  s.precision(17);
-  s << x;
-  return s.str();
+std::string json_number(double x) {  // the shortest text that reads back as x
+  char buf[32];
+  auto end = std::to_chars(buf, buf + sizeof buf, x).ptr;
+  return std::string(buf, end);
 }
 
 }  // namespace
