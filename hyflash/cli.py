@@ -291,7 +291,7 @@ def cmd_probe(args) -> int:
         raise CliError(f"--distances must be comma-separated integers, got {args.distances!r}") from None
     cfg = ProbeConfig(artifacts=tuple(args.artifacts), kinds=kinds, distances=distances, prompts=args.prompts,
                       max_new_tokens=args.max_new_tokens, prompts_from=args.prompts_from, seed=args.seed,
-                      backend=args.backend, threads=args.threads)
+                      backend=args.backend, threads=args.threads, memory_history=args.memory_history)
     report = probe(cfg, progress=True)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
@@ -640,6 +640,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=_positive(), default=None)
     p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime")
+    p.add_argument("--memory-history", type=_positive(), default=None,
+                   help="ablation: each mamba2 drafter again (eager backend), its memory limited to the last M features")
     p.add_argument("--out", type=Path, default=None, help="write the report's JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of tau by distance")
     p.add_argument("--json", action="store_true")

@@ -225,11 +225,14 @@ class _StderrFilter:
 
 
 def open_backend(kind: str, folder: Path, contract: Contract, threads: int | None = None,
-                 target: str | Path | None = None) -> Backend:
+                 target: str | Path | None = None, memory_history: int | None = None) -> Backend:
     if kind not in BACKENDS:
         raise ValueError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
+    if memory_history is not None and kind != "eager":
+        raise ValueError("memory_history (the history-limited ablation) runs on the eager backend only: an "
+                         "exported fixed-size state cannot forget; use --backend eager")
     if kind == "eager":  # torch and the models, loaded only when asked for
         from hyflash.runtime_py.eager import EagerBackend
 
-        return EagerBackend.open(folder, contract, threads, target)
+        return EagerBackend.open(folder, contract, threads, target, memory_history)
     return (OrtBackend if kind == "onnxruntime" else PteBackend)(Path(folder), contract, threads)

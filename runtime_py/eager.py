@@ -40,15 +40,53 @@ class EagerBackend(Backend):
 
     name = "eager"
 
-    def __init__(self, contract: Contract, target, drafter):
+    def __init__(self, contract: Contract, target, drafter, memory_history: int | None = None):
         self.contract, self.target, self.drafter = contract, target, drafter
+        if memory_history is not None and (memory_history < 1 or drafter.cfg.memory != "mamba2"):
+            raise ValueError(f"memory_history needs a mamba2 drafter and M >= 1; this drafter's memory is "
+                             f"{drafter.cfg.memory!r}, M = {memory_history}")
+        self.memory_history = memory_history
+        self.history: list[torch.Tensor] = []  # memory_history: the committed features, row j at position j
 
     @classmethod
     def open(cls, folder: str | Path, contract: Contract, threads: int | None = None,
-             target: str | Path | None = None) -> "EagerBackend":
+             target: str | Path | None = None, memory_history: int | None = None) -> "EagerBackend":
         if threads:
             torch.set_num_threads(threads)
-        return cls(contract, *load_models(folder, contract.manifest, target))
+        return cls(contract, *load_models(folder, contract.manifest, target), memory_history=memory_history)
+
+    @torch.no_grad()
+    def limited_state(self, committed: int) -> torch.Tensor:
+        """The ablation's memory (issue 15): the Mamba-2 state after positions 0..committed-1 with only the
+        last M contributing, S = sum over t in [committed - M, committed) of exp(cum_{committed-1} - cum_t)
+        dt_t x_t B_t^T per layer (the training form's `states_at`), from the kept features. A fixed-size
+        state cannot forget, so this is recomputed every round: (L_d, h, P, N)."""
+        c = self.drafter.fused(torch.stack(self.history[:committed]))  # (T, d)
+        anchor = torch.tensor([committed])
+        states = []
+        for layer in self.drafter.layers:
+            weight, x, b = layer.mem.states_at(c, anchor, self.memory_history)  # (1, T, h), (T, h, P), (T, N)
+            states.append(torch.einsum("th,thp,tn->hpn", weight[0], x, b))
+        return torch.stack(states)
+
+    def _limited(self, graph: str, fn, names: list[str]):
+        """memory_history: window_shift also keeps the rows it folds in; draft_read reads `limited_state`
+        instead of the folded state (which state_commit still keeps, unread)."""
+        at = {name: i for i, name in enumerate(names)}
+        if graph == "window_shift":
+            def shift(*args):
+                pos, n = int(args[at["positions"]][0]), int(args[at["n_valid"]][0])
+                del self.history[pos:]  # folding is in position order from 0: a new prompt starts over
+                self.history.extend(args[at["features"]][:n].clone())
+                return fn(*args)
+            return shift
+        if graph == "draft_read":
+            def read(*args):
+                args = list(args)
+                args[at["ssm_state"]] = self.limited_state(int(args[at["anchor_pos"]][0]))
+                return fn(*args)
+            return read
+        return fn
 
     def bind(self, graph, inputs, outputs, cache):
         spec = self.contract.graph(graph)
@@ -66,6 +104,8 @@ class EagerBackend(Backend):
                 return logits, features
         else:
             fn = getattr(self.drafter, graph)
+            if self.memory_history is not None:
+                fn = self._limited(graph, fn, [t["name"] for t in spec["inputs"]])
 
         def run():
             with torch.no_grad():

@@ -84,12 +84,13 @@ class Stats:
 
 class Runtime:
     def __init__(self, folder: str | Path, backend: str = "onnxruntime", threads: int | None = None,
-                 target: str | Path | None = None):
-        """`target`: the eager backend's target folder, if it moved since export."""
+                 target: str | Path | None = None, memory_history: int | None = None):
+        """`target`: the eager backend's target folder, if it moved since export. `memory_history`: the
+        eager backend's ablation, the drafter's memory limited to the last M committed features."""
         self.folder = Path(folder)
         self.manifest = load_manifest(self.folder)
         self.contract = c = Contract(self.manifest)
-        self.backend = open_backend(backend, self.folder, c, threads, target)
+        self.backend = open_backend(backend, self.folder, c, threads, target, memory_history)
         self.max_context, self.chunk, self.block, self.vocab = c.max_context, c.prefill_chunk, c.block, c.vocab
         generation = self.manifest.get("generation")  # exports before it: config.json's EOS only
         eos = generation["eos_token_ids"] if generation else self.manifest["target"]["config"].get("eos_token_id")

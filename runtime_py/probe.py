@@ -23,6 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hyflash.runtime_py.bench import export_tokenizer, open_exports, run_once, source_texts
+from hyflash.runtime_py.loop import Runtime
 
 PASSAGE, CUE = 96, 24
 KINDS = ("nearby", "distant")
@@ -39,6 +40,7 @@ class ProbeConfig:
     seed: int = 0
     backend: str = "onnxruntime"
     threads: int | None = None
+    memory_history: int | None = None  # the ablation: each mamba2 drafter again, its memory limited to M (eager)
 
     def __post_init__(self):
         bad = [k for k in self.kinds if k not in KINDS]
@@ -77,6 +79,13 @@ def probe_prompts(stream: np.ndarray, kind: str, distance: int, n: int, seed: in
 
 def probe(cfg: ProbeConfig, progress: bool = True) -> dict:
     runtimes, labels = open_exports(cfg.artifacts, cfg.backend, cfg.threads)
+    if cfg.memory_history is not None:
+        limited = [(f"{label}-history{cfg.memory_history}", Runtime(rt.folder, "eager", cfg.threads,
+                                                                    memory_history=cfg.memory_history))
+                   for label, rt in zip(labels, runtimes) if rt.manifest["drafter"]["config"]["memory"] == "mamba2"]
+        if not limited:
+            raise ValueError("--memory-history needs an export whose drafter has mamba2 memory")
+        labels, runtimes = labels + [lab for lab, _ in limited], runtimes + [rt for _, rt in limited]
     first = runtimes[0]
     tokenizer = export_tokenizer(first)
     stream = np.array([t for text in source_texts(cfg.prompts_from) for t in tokenizer.encode(text).ids], np.int64)
@@ -111,7 +120,8 @@ def probe(cfg: ProbeConfig, progress: bool = True) -> dict:
                      "explained": float(np.mean(explained)),
                      "tau": {label: tokens[label] / rounds[label] for label, _, _ in runs[1:]}})
     bar.close()
-    return {"artifacts": [str(a) for a in cfg.artifacts], "backend": cfg.backend, "passage": PASSAGE, "cue": CUE,
+    return {"artifacts": [str(a) for a in cfg.artifacts], "backend": cfg.backend, "memory_history": cfg.memory_history,
+            "passage": PASSAGE, "cue": CUE,
             "max_new_tokens": cfg.max_new_tokens, "window": {lab: rt.manifest["window"] for lab, rt in
                                                               zip(labels, runtimes)}, "rows": rows}
 

@@ -40,13 +40,15 @@ def test_probe_runs_every_drafter_exactly(qwen3_dir, tmp_path, capsys):
     report_path, plot_path = tmp_path / "probe.json", tmp_path / "probe.png"
     capsys.readouterr()
     assert main(["probe", str(out), "--distances", "16,64", "--prompts", "2", "--max-new-tokens", "8",
-                 "--prompts-from", str(text), "--out", str(report_path), "--plot", str(plot_path), "--json"]) == 0
+                 "--prompts-from", str(text), "--memory-history", "8", "--out", str(report_path), "--plot",
+                 str(plot_path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report == json.loads(report_path.read_text()) and plot_path.stat().st_size > 0
     cells = [(r["kind"], r["distance"]) for r in report["rows"]]
     assert cells == [("nearby", 16), ("nearby", 64), ("distant", 16), ("distant", 64)]
-    for r in report["rows"]:
-        assert set(r["tau"]) == {"random", "prompt-lookup"} and all(1 <= t <= 8 for t in r["tau"].values())
+    for r in report["rows"]:  # the history-limited ablation of the (mamba2) drafter beside it, on eager
+        assert set(r["tau"]) == {"random", "random-history8", "prompt-lookup"}
+        assert all(1 <= t <= 8 for t in r["tau"].values())
     # `explained`, recomputed for one cell: the target's own greedy continuation against the passage's
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     stream = np.array(tok.encode(text.read_text()).ids)
@@ -63,3 +65,21 @@ def test_probe_runs_every_drafter_exactly(qwen3_dir, tmp_path, capsys):
 def test_probe_refuses_bad_flags(both_formats, args, capsys):
     assert main(["probe", str(both_formats), *args]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_history_limited_memory_is_the_folded_state_cut_to_the_last_m(both_formats):
+    """The ablation's state (recomputed from the kept features) equals the state the drafter folded in
+    round by round when M covers everything, and differs from it when M cuts history; only eager runs it."""
+    prompt = np.random.default_rng(4).integers(3, 96, 50).tolist()
+    full, limited, cut = (Runtime(both_formats, "eager", memory_history=m) for m in (10_000, 10_000, 16))
+    for rt in (full, cut):
+        run_once(rt, prompt, "model", 20)
+    committed = full.ctx.rows
+    assert committed == len(full.backend.history) >= len(prompt)
+    folded = full.ctx.current["ssm_state"]
+    np.testing.assert_allclose(full.backend.limited_state(committed).numpy(), folded, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(cut.backend.limited_state(committed).numpy(), folded, atol=1e-3)
+    plain = run_once(Runtime(both_formats, "eager"), prompt, "model", 20)
+    assert run_once(limited, prompt, "model", 20).tokens == plain.tokens  # exact either way
+    with pytest.raises(ValueError, match="eager backend only"):
+        Runtime(both_formats, "onnxruntime", memory_history=16)
