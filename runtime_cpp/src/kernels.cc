@@ -36,6 +36,27 @@ bool fail(KernelRuntimeContext& ctx, const char* what) {
   return false;
 }
 
+// out[x] = sum over j < n of p[j] * v[j * stride + x]: with D fixed the sums stay in registers
+template <int D>
+void weighted_sum(const float* p, int64_t n, const float* v, int64_t stride, float* out) {
+  float o[D] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const float pj = p[j], *row = v + j * stride;
+#pragma omp simd
+    for (int x = 0; x < D; ++x) o[x] += pj * row[x];
+  }
+  std::copy(o, o + D, out);
+}
+
+void weighted_sum_any(const float* p, int64_t n, const float* v, int64_t stride, int64_t d, float* out) {
+  std::fill_n(out, d, 0.f);
+  for (int64_t j = 0; j < n; ++j) {
+    const float pj = p[j], *row = v + j * stride;
+#pragma omp simd
+    for (int64_t x = 0; x < d; ++x) out[x] += pj * row[x];
+  }
+}
+
 }  // namespace
 
 Tensor& update_cache_out(KernelRuntimeContext& ctx, const Tensor& value, Tensor& cache, int64_t start_pos,
@@ -68,44 +89,50 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
   const float *qp = q.const_data_ptr<float>(), *kp = k.const_data_ptr<float>(), *vp = v.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
   // One task per (batch, KV head): its nq = S x group query vectors share every K and V row they read.
-  // Scores for all of them at once, key by key, vectorised across the queries (Q transposed, scaled);
-  // with few queries (decode) a dot product per key instead. Then a softmax per query over its causal
-  // keys, and the weighted V rows accumulated key by key.
+  // Scores for blocks of 16 queries at once, key by key, vectorised across the queries (Q transposed,
+  // scaled); with few queries (decode) a dot product per query and key. Then a softmax per query over
+  // its causal keys, and its weighted sum of V rows.
   executorch::extension::parallel_for(0, b * hkv, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> qt, score, acc;
-    const int64_t nq = s * group, keys = start_pos + s;
-    qt.resize(d * nq);
-    score.resize(nq * keys);
-    acc.resize(nq);
+    constexpr int kBlock = 16;
+    thread_local std::vector<float> qt_buf, score_buf;
+    const int64_t nq = s * group, keys = start_pos + s, padded = (nq + kBlock - 1) / kBlock * kBlock;
+    qt_buf.resize(d * padded);
+    score_buf.resize(nq * keys);
+    // plain pointers from here: every use of a thread_local object goes through its init wrapper
+    float *qt = qt_buf.data(), *score = score_buf.data();
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bi = task / hkv, g = task % hkv;
       auto query = [&](int64_t qi) { return qp + ((bi * s + qi / group) * hq + g * group + qi % group) * d; };
       auto key_row = [&](const float* base, int64_t j) { return base + ((bi * t + j) * hkv + g) * d; };
-      for (int64_t qi = 0; qi < nq; ++qi)
-        for (int64_t x = 0; x < d; ++x) qt[x * nq + qi] = query(qi)[x] * factor;
-      for (int64_t j = 0; j < keys; ++j) {
-        const float* krow = key_row(kp, j);
-        if (nq >= 8) {
-          std::fill(acc.begin(), acc.end(), 0.f);
-          for (int64_t x = 0; x < d; ++x) {
-            const float kx = krow[x], *col = qt.data() + x * nq;
-            float* a = acc.data();
+      if (nq >= 8) {  // blocks of kBlock queries: the inner loop is one fixed-width vector
+        std::fill_n(qt, d * padded, 0.f);
+        for (int64_t qi = 0; qi < nq; ++qi)
+          for (int64_t x = 0; x < d; ++x) qt[x * padded + qi] = query(qi)[x] * factor;
+        for (int64_t b0 = 0; b0 < nq; b0 += kBlock)
+          for (int64_t j = 0; j < keys; ++j) {
+            const float* krow = key_row(kp, j);
+            float a[kBlock] = {};
+            for (int64_t x = 0; x < d; ++x) {
+              const float kx = krow[x], *col = qt + x * padded + b0;
 #pragma omp simd
-            for (int64_t qi = 0; qi < nq; ++qi) a[qi] += kx * col[qi];
+              for (int q = 0; q < kBlock; ++q) a[q] += kx * col[q];
+            }
+            for (int64_t q = 0; q < kBlock && b0 + q < nq; ++q) score[(b0 + q) * keys + j] = a[q];
           }
-        } else {
+      } else {  // few queries (decode): a dot product per query and key
+        for (int64_t j = 0; j < keys; ++j) {
+          const float* krow = key_row(kp, j);
           for (int64_t qi = 0; qi < nq; ++qi) {
             const float* qrow = query(qi);
             float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
             for (int64_t x = 0; x < d; ++x) dot += qrow[x] * krow[x];
-            acc[qi] = dot * factor;
+            score[qi * keys + j] = dot * factor;
           }
         }
-        for (int64_t qi = 0; qi < nq; ++qi) score[qi * keys + j] = acc[qi];
       }
       for (int64_t qi = 0; qi < nq; ++qi) {  // softmax over keys 0..start_pos+i (causal)
-        float* row = score.data() + qi * keys;
+        float* row = score + qi * keys;
         const int64_t n = start_pos + qi / group + 1;
         const float best = *std::max_element(row, row + n);
         float total = 0.f;
@@ -115,15 +142,13 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) row[j] *= inv;
       }
-      for (int64_t qi = 0; qi < nq; ++qi) std::fill_n(op + (query(qi) - qp), d, 0.f);
-      for (int64_t j = 0; j < keys; ++j) {
-        const float* vrow = key_row(vp, j);
-        for (int64_t qi = std::max<int64_t>(0, (j - start_pos) * group); qi < nq; ++qi) {  // queries that see key j
-          float* orow = op + (query(qi) - qp);
-          const float p = score[qi * keys + j];
-#pragma omp simd
-          for (int64_t x = 0; x < d; ++x) orow[x] += p * vrow[x];
-        }
+      for (int64_t qi = 0; qi < nq; ++qi) {  // the weighted V rows, summed in registers where d is 64 or 128
+        const float* p = score + qi * keys;
+        const int64_t n = start_pos + qi / group + 1;
+        float* orow = op + (query(qi) - qp);
+        if (d == 64) weighted_sum<64>(p, n, vp + (bi * t * hkv + g) * d, hkv * d, orow);
+        else if (d == 128) weighted_sum<128>(p, n, vp + (bi * t * hkv + g) * d, hkv * d, orow);
+        else weighted_sum_any(p, n, vp + (bi * t * hkv + g) * d, hkv * d, d, orow);
       }
     }
   });
