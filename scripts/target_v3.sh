@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 14, item 1, second attempt: a target that copies from far back, from the step-1,000 model of
 # scripts/target_v2.sh (checkpoints/target-v2: 1,000 steps of the copy / copy2 curricula, no copying).
-# Three stages of train-target, each a run folder (resumable: rerun this script), each starting from the
+# Stages of train-target, each a run folder (resumable: rerun this script), each starting from the
 # previous stage's weights (fresh AdamW moments), all on the curricula of train/repeats.py:
 #   A offset     125 of 300 scheduled steps, 16 rows x 256 tokens, lr 1e-3: one 64-token random segment
 #                repeated after one token (loss on the copy only). Learns to copy from a fixed distance only.
@@ -47,7 +47,15 @@ stage() {  # name init curriculum steps stop_after batch seq_len threads probe_e
 OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy4/model --windows 119 \
   --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_after.json
 
-# F (tried, not kept): 150 more steps of copy4 on a fresh schedule changed nothing measurable
+#   F copy5      250 steps, 4 rows x 2,048 tokens, lr 5e-4, 1 thread: natural repeats in 80% of rows, copies 8x,
+#                no random rows. Greedy copy 12/11/10% -> 26/25/31%; checkpoints/target-v3 is this model.
+[ -f runs/target-v3-copy5/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy4/model \
+  --curriculum copy5 --probe-every 50 --out runs/target-v3-copy5 --steps 250 --batch 4 --seq-len 2048 --lr 5e-4 \
+  --warmup 10 --checkpoint-every 25 --threads 1
+OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy5/model --windows 119 \
+  --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy5.json
+
+# (tried, not kept): 150 more steps of copy4 on a fresh schedule changed nothing measurable
 #   $H train-target --init-from runs/target-v3-copy4/model --curriculum copy4 --probe-every 50 \
 #     --out runs/target-v3-copy4b --steps 300 --stop-after 150 --batch 4 --seq-len 2048 --lr 1e-3 --warmup 10 \
 #     --checkpoint-every 25 --threads 2

@@ -3,8 +3,8 @@
 # from training prompts, half greedy, half sampled at T = 1), then the HyFlash drafter (Mamba-2 memory +
 # window 128) and the sliding-window drafter (memory off, the same window) trained on it with one recipe
 # and budget (STEPS x 4 sequences x 512 tokens, both at once, one thread each), exported, and measured on
-# the distant / nearby evidence probes beside prompt-lookup. A smaller budget than the embedded drafters'
-# (the cores are shared with other work); every step resumes where it stopped.
+# the distant / nearby evidence probes beside prompt-lookup and the history-limited ablation. A smaller
+# budget than the embedded drafters' (the cores are shared with other work); every step resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
@@ -27,4 +27,6 @@ for name in hyflash swa; do
     $H export --target "$TARGET" --drafter "$OUT/drafter-$name/model" --out "$OUT/export-$name" --format onnx --force
   exports+=("$OUT/export-$name")
 done
-$H probe "${exports[@]}" --distances 256,768,1536 --prompts 8 --threads 2 --out "$RESULT.json" --plot "$RESULT.png"
+# with the history-limited ablation (HyFlash's memory cut to the last 256 features, on the eager backend)
+$H probe "${exports[@]}" --distances 256,768,1536 --prompts 8 --threads 2 --memory-history 256 \
+  --out "$RESULT.json" --plot "$RESULT.png"
