@@ -145,6 +145,7 @@ def check_consistency(path: Path, m: dict) -> None:
     same("cache.layers", cache["layers"], "target.config.num_hidden_layers", target.get("num_hidden_layers"))
     same("block", m["block"], "drafter.config.block", m["drafter"]["config"].get("block"))
     same("block", m["block"], "draft_read.draft_tokens shape[0]", shape("draft_read", "draft_tokens")[0])
+    same("block + 1", m["block"] + 1, "the verify width", VERIFY_ROWS)
     same("window", m["window"], "window_shift.win_pos shape[0]", shape("window_shift", "win_pos")[0])
     same("window", m["window"], "draft_read.win_k shape[2]", shape("draft_read", "win_k")[2])
     window = m["drafter"]["config"].get("window")

@@ -110,7 +110,8 @@ def test_sampled_runs_have_the_target_distribution(runner, both_formats, qwen3_d
 def test_json_has_the_keys_of_hyflash_generate(runner, both_formats):
     code, (c,), _ = run(runner, both_formats, [3, 4, 5], "--max-new-tokens", "9")
     for key in ("tokens", "prompt_tokens", "rounds", "acceptance_length", "accepted_per_slot", "graph_ms",
-                "tokens_per_s", "prefill_s", "decode_s", "stop_reason", "drafter_context_bytes"):
+                "tokens_per_s", "prefill_s", "decode_s", "stop_reason", "drafter_context_bytes", "graph_calls",
+                "lookup_rounds"):
         assert key in c
     assert c["acceptance_length"] == (len(c["tokens"]) - 1) / c["rounds"]
     assert set(c["graph_ms"]) == {"prefill/target_prefill", "prefill/state_commit", "prefill/window_shift",

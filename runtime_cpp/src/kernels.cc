@@ -80,7 +80,7 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
     return fail(ctx, "custom_sdpa: only causal attention without a mask or dropout (what hyflash exports)"), out;
   const int64_t b = q.size(0), s = q.size(1), hq = q.size(2), d = q.size(3);
   const int64_t t = k.size(1), hkv = k.size(2);
-  if (k.size(3) != d || v.size(1) != t || v.size(2) != hkv || v.size(3) != d || hkv == 0 || hq % hkv != 0 ||
+  if (k.size(0) != b || v.size(0) != b || k.size(3) != d || v.size(1) != t || v.size(2) != hkv || v.size(3) != d || hkv == 0 || hq % hkv != 0 ||
       out.size(0) != b || out.size(1) != s || out.size(2) != hq || out.size(3) != d || start_pos < 0 ||
       start_pos + s > t)
     return fail(ctx, "custom_sdpa: shapes do not agree"), out;

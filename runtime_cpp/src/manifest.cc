@@ -100,6 +100,7 @@ void check_consistency(const std::string& path, const Manifest& m) {
          target.at("num_hidden_layers").as_int());
   c.same("block", m.block, "drafter.config.block", drafter.at("block").as_int());
   c.same("block", m.block, "draft_read.draft_tokens shape[0]", c.shape("draft_read", "draft_tokens").at(0));
+  c.same("block + 1", m.block + 1, "the verify width", int64_t{kVerifyRows});
   c.same("window", m.window, "window_shift.win_pos shape[0]", c.shape("window_shift", "win_pos").at(0));
   c.same("window", m.window, "draft_read.win_k shape[2]", c.shape("draft_read", "win_k").at(2));
   const json::Value& window = drafter.at("window");
@@ -151,8 +152,9 @@ void read_contract(Manifest& m) {
   m.prefill_chunk = raw.at("prefill_chunk").as_int();
   m.has_memory = m.graphs.count("state_commit") > 0;
   m.drafter_name = raw.at("drafter").at("name").as_string();
-  const json::Value* generation = raw.find("generation");
-  const json::Value* eos = generation ? &generation->at("eos_token_ids") : raw.at("target").at("config").find("eos_token_id");
+  const json::Value* generation = raw.find("generation");  // exports before it: config.json's EOS only
+  const json::Value* eos = generation && generation->find("eos_token_ids") ? generation->find("eos_token_ids")
+                                                                           : raw.at("target").at("config").find("eos_token_id");
   if (eos && eos->is_array()) m.eos = ints(*eos);
   else if (eos && eos->is_int()) m.eos = {eos->as_int()};
 }

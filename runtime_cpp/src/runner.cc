@@ -36,10 +36,10 @@ std::string error_name(Error e) {
   }
 }
 
-std::string json_number(double x) {  // the shortest text that reads back as x
+std::string json_number(double x) {  // the shortest text that reads back as x, always a float (1.0, not 1)
   char buf[32];
-  auto end = std::to_chars(buf, buf + sizeof buf, x).ptr;
-  return std::string(buf, end);
+  std::string s(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
+  return s.find_first_of(".eni") == std::string::npos ? s + ".0" : s;
 }
 
 }  // namespace
@@ -85,7 +85,8 @@ std::string Stats::to_json() const {
          ", \"accepted_per_slot\": " + list(accepted_per_slot) + ", \"tokens_per_s\": " + json_number(tokens_per_s()) +
          ", \"prefill_s\": " + json_number(prefill_s) + ", \"prefilled\": " + std::to_string(prompt_tokens) +
          ", \"decode_s\": " + json_number(decode_s) + ", \"graph_ms\": " + ms + "}, \"graph_calls\": " + calls +
-         "}, \"stop_reason\": " + json::quote(stop_reason) + ", \"drafter_context_bytes\": " + bytes + "}}";
+         "}, \"stop_reason\": " + json::quote(stop_reason) + ", \"drafter_context_bytes\": " + bytes +
+         "}, \"lookup_rounds\": 0}";  // prompt-lookup and hybrid drafting are the Python runtime's
 }
 
 // ----------------------------------------------------------------------------------------- runner
@@ -100,6 +101,12 @@ Runner::Runner(const std::string& folder) : m_(load_manifest(folder)) {
     return std::make_unique<Module>((fs::path(folder) / rel).string(), Module::LoadMode::Mmap, nullptr, nullptr,
                                     nullptr, share);
   };
+  for (const auto& [name, spec] : m_.graphs) {  // one program per model
+    const std::string& first = m_.graph(spec.model == "target" ? "target_verify" : "draft_read").pte_file;
+    if (spec.pte_file != first)
+      throw ArtifactError(folder + ": graph " + name + " is in '" + spec.pte_file + "', not in '" + first +
+                          "' with the rest of its model; re-export");
+  }
   target_ = open(m_.graph("target_verify").pte_file, true);
   drafter_ = open(m_.graph("draft_read").pte_file, false);
   for (const auto& [name, spec] : m_.graphs) {
@@ -124,6 +131,16 @@ Runner::Runner(const std::string& folder) : m_(load_manifest(folder)) {
         if (!small_.count(key)) small_[key] = std::make_unique<Buffer>(t);
       }
     }
+  for (const char* graph : {"state_commit", "window_shift"}) {  // each X_out is copied over X: same size
+    if (!m_.graphs.count(graph)) continue;
+    for (const auto& t : m_.graph(graph).outputs) {
+      auto it = state_.find(t.name.substr(0, t.name.size() - 4));
+      if (t.name.size() < 5 || t.name.compare(t.name.size() - 4, 4, "_out") != 0 || it == state_.end() ||
+          it->second->spec.shape != t.shape || it->second->spec.dtype != t.dtype)
+        throw ArtifactError(folder + ": " + graph + " output " + t.name +
+                            " does not match the context it replaces; re-export");
+    }
+  }
   for (const auto& [name, spec] : m_.graphs) calls_[name] = bind(name, spec.model == "target" ? target_.get() : drafter_.get());
   reset_context();
 }
@@ -210,7 +227,12 @@ const int64_t* Runner::draft(int64_t anchor, int64_t pos, Stats& stats, Outputs&
   small_.at("anchor_token")->ints[0] = anchor;
   small_.at("anchor_pos")->ints[0] = pos;
   keep = run("draft_read", stats);
-  return output<int64_t>(m_.graph("draft_read"), keep, "draft_tokens");
+  const int64_t* drafts = output<int64_t>(m_.graph("draft_read"), keep, "draft_tokens");
+  for (int64_t i = 0; i < m_.block; ++i)
+    if (drafts[i] < 0 || drafts[i] >= m_.vocab)
+      throw std::runtime_error("draft_read returned token id " + std::to_string(drafts[i]) +
+                               " outside the vocabulary; the drafter program is damaged: re-export");
+  return drafts;
 }
 
 void Runner::commit(const float* features, int64_t pos, int64_t n, Stats& stats) {
@@ -312,7 +334,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   stats.decoding = true;
 
   int64_t pos = len;  // the anchor's position: rows < pos are committed
-  const int64_t limit = std::min(m_.usable_context(), len + cfg.max_new_tokens);
+  const int64_t limit = std::min(m_.usable_context(), len + std::min(cfg.max_new_tokens, m_.usable_context()));
   int64_t anchor = choose(last_logits_.data(), vocab, cfg.sampling, rng);
   std::vector<int64_t> fresh = stop({anchor}, stats, cfg, len, limit);
   auto t1 = Clock::now();
