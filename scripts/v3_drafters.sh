@@ -9,14 +9,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
 TARGET=${TARGET:-checkpoints/target-v3} STEPS=${STEPS:-800} OUT=${OUT:-runs/v3} RESULT=${RESULT:-results/probe_v3_drafters}
+REGEN=${REGEN:-$OUT/regen}  # another run's regenerated text can be reused
 mkdir -p "$OUT" results
 [ -f data/corpus/train.txt ] || $H corpus --out data/corpus
 
-$H regenerate --target "$TARGET" --prompts-from data/corpus --out "$OUT/regen" --tokens 250000 --batch 64 \
+$H regenerate --target "$TARGET" --prompts-from data/corpus --out "$REGEN" --tokens 250000 --batch 64 \
   --greedy-share 0.5 --temperature 1.0 --prompt-len 64..384 --seq-len 512 --threads 2
 
 train() {  # name, memory
-  $H train-drafter --target "$TARGET" --data "$OUT/regen" --out "$OUT/drafter-$1" --memory "$2" --window 128 \
+  $H train-drafter --target "$TARGET" --data "$REGEN" --out "$OUT/drafter-$1" --memory "$2" --window 128 \
     --intermediate-size 512 --markov-rank 32 --steps "$STEPS" --batch 4 --threads 1 > "$OUT/drafter-$1.log" 2>&1
 }
 train hyflash mamba2 & train swa off & wait
