@@ -175,3 +175,19 @@ def test_embedded_pair_greedy_equals_the_python_runtime(runner, reference_pte):
     prompts = [p for group in make_prompts(tokenizer, source_texts(None), cfg, 2048).values() for p in group]
     runtime = _same_as_python(runner, reference_pte, prompts, 48)
     assert python_stats(runtime, prompts[0], max_new_tokens=48, ignore_eos=True).acceptance_length > 1.5
+
+
+def test_manifest_checksum_matches_python_on_any_text(runner, both_formats, tmp_path):
+    """The runner recomputes the manifest's checksum over Python's canonical JSON: non-ASCII text (written
+    raw or escaped), control characters, astral-plane characters and floats in every form must agree."""
+    from hyflash.runtime_py.manifest import seal
+
+    for ensure_ascii in (True, False):
+        folder = tmp_path / f"ascii-{ensure_ascii}"
+        shutil.copytree(both_formats, folder)
+        m = json.loads((folder / "manifest.json").read_text())
+        m["notes"] = {"text": "héllo ✓ \U0001d11e \x7f\t\"\\/ end", "numbers": [1e-06, 10000.0, -0.0, 2.5e+20, 7]}
+        (folder / "manifest.json").write_text(json.dumps(seal(m), indent=1, ensure_ascii=ensure_ascii),
+                                              encoding="utf-8")
+        code, runs, err = run(runner, folder, [1, 2, 3], "--max-new-tokens", "2")
+        assert code == 0, err
