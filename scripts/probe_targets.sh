@@ -3,7 +3,9 @@
 # 256 / 768 / 1,536 tokens of filler, 8 probes each, greedy) on the embedded first-generation target and
 # the second-generation one (checkpoints/target-v3), each exported with an untrained drafter: what matters
 # here is `explained` (the share of the target's own continuation equal to the passage's) and
-# prompt-lookup's tau; drafters for the second generation are not trained yet.
+# prompt-lookup's tau; drafters for the second generation are not trained yet. The committed
+# results/probe_target_v3.* were made with the stage-E weights (commit 8efeb0a); checkpoints/target-v3 is
+# now the stage-F model (docs/reference/MODEL_CARD.md), so a rerun measures that one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
