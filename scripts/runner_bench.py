@@ -21,14 +21,12 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
-from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.bench import BenchConfig, make_prompts, run_once, source_texts
+from hyflash.runtime_py.loop import Runtime
 
 
 def python_run(runtime: Runtime, prompt: list[int], draft: str, max_new: int) -> dict:
-    stats = Stats()
-    list(runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new, ignore_eos=True, draft=draft), stats))
-    return stats.to_json()
+    return run_once(runtime, prompt, draft, max_new).to_json()
 
 
 def runner_run(path: str, folder: Path, prompt: list[int], draft: str, max_new: int) -> dict:

@@ -12,9 +12,9 @@ from tokenizers import Tokenizer
 
 from hyflash.models.loading import load_target
 from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
-from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.loop import Runtime
 from hyflash.runtime_py.sampling import Sampling
-from test_runtime import _exact_second_token_distribution, _gof
+from test_runtime import _exact_second_token_distribution, _gof, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "runtime_cpp"
@@ -43,9 +43,7 @@ def run(runner, folder, prompt, *flags):
 
 
 def python_stats(runtime, prompt, **kw):
-    stats = Stats()
-    list(runtime.generate(prompt, GenerationConfig(**kw), stats))
-    return stats
+    return generate(runtime, prompt, **kw)[1]
 
 
 def _same_as_python(runner, folder, prompts, max_new_tokens):

@@ -9,6 +9,10 @@
 namespace hyflash::json {
 namespace {
 
+// The characters JSON escapes with a letter, both ways: {character, letter}
+constexpr std::pair<char, char> kEscapes[] = {{'"', '"'}, {'\\', '\\'}, {'\b', 'b'}, {'\f', 'f'},
+                                              {'\n', 'n'},  {'\r', 'r'},   {'\t', 't'}};
+
 class Parser {
  public:
   explicit Parser(const std::string& s) : s_(s) {}
@@ -147,15 +151,13 @@ class Parser {
       if (c != '\\') { out += c; continue; }
       if (i_ >= s_.size()) fail("unterminated escape");
       char e = s_[i_++];
+      auto plain = std::find_if(std::begin(kEscapes), std::end(kEscapes), [e](auto p) { return p.second == e; });
+      if (plain != std::end(kEscapes)) {
+        out += plain->first;
+        continue;
+      }
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
         case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
         case 'u': {
           unsigned cp = hex4();
           if (cp >= 0xD800 && cp < 0xDC00 && s_.compare(i_, 2, "\\u") == 0) {
@@ -275,15 +277,12 @@ std::string quote(const std::string& s) {
   char buf[16];
   for (size_t i = 0; i < s.size();) {
     unsigned cp = next_code_point(s, i);
-    switch (cp) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+    auto plain = std::find_if(std::begin(kEscapes), std::end(kEscapes),
+                              [cp](auto p) { return static_cast<unsigned char>(p.first) == cp; });
+    if (plain != std::end(kEscapes)) {
+      out += '\\';
+      out += plain->second;
+      continue;
     }
     if (cp >= 0x20 && cp <= 0x7E) {
       out += static_cast<char>(cp);

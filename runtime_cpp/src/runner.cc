@@ -173,7 +173,8 @@ void Runner::check_method(Module& module, const std::string& graph) {
 
 Runner::Call Runner::bind(const std::string& graph, Module* module) {
   const GraphSpec& spec = m_.graph(graph);
-  Call call{graph, module, {}};
+  Call call{graph, spec.pte_method, "prefill/" + graph, module, {}, {}};
+  for (size_t i = 0; i < spec.outputs.size(); ++i) call.outputs[spec.outputs[i].name] = i;
   for (const auto& t : spec.inputs) {
     Buffer& b = is_state(t.name) ? *state_.at(t.name) : *small_.at(spec.model == "target" ? graph + "/" + t.name : t.name);
     call.inputs.emplace_back(*b.tensor);
@@ -184,22 +185,22 @@ Runner::Call Runner::bind(const std::string& graph, Module* module) {
 Runner::Outputs Runner::run(const std::string& key, Stats& stats) {
   Call& call = calls_.at(key);
   auto t = Clock::now();
-  auto result = call.module->execute(m_.graph(call.graph).pte_method, call.inputs);
+  auto result = call.module->execute(call.method, call.inputs);
   if (!result.ok())
     throw std::runtime_error(call.graph + " failed to run (" + error_name(result.error()) + ")");
-  std::string name = stats.decoding ? call.graph : "prefill/" + call.graph;
+  const std::string& name = stats.decoding ? call.graph : call.prefill_key;
   stats.graph_ms[name] += seconds_since(t) * 1e3;
   stats.graph_calls[name] += 1;
   return std::move(result.get());
 }
 
 namespace {
-// The output `name` of `graph` among its outputs (arena memory: valid until the method runs again).
+// A call's output `name` (arena memory: valid until the method runs again).
 template <typename T>
-const T* output(const GraphSpec& spec, const std::vector<EValue>& outs, const std::string& name) {
-  for (size_t i = 0; i < spec.outputs.size(); ++i)
-    if (spec.outputs[i].name == name) return outs.at(i).toTensor().const_data_ptr<T>();
-  throw ArtifactError("the graph has no output '" + name + "'; re-export");
+const T* output(const std::map<std::string, size_t>& index, const std::vector<EValue>& outs, const std::string& name) {
+  auto it = index.find(name);
+  if (it == index.end()) throw ArtifactError("the graph has no output '" + name + "'; re-export");
+  return outs.at(it->second).toTensor().const_data_ptr<T>();
 }
 }  // namespace
 
@@ -219,15 +220,15 @@ std::pair<const float*, const float*> Runner::run_target(const std::string& grap
   std::copy(tokens.begin(), tokens.end(), ids.ints.begin());
   for (int64_t r = 0; r < width; ++r) positions.ints[r] = pos + r;
   keep = run(graph, stats);
-  const GraphSpec& spec = m_.graph(graph);
-  return {output<float>(spec, keep, "logits"), output<float>(spec, keep, "features")};
+  const auto& index = calls_.at(graph).outputs;
+  return {output<float>(index, keep, "logits"), output<float>(index, keep, "features")};
 }
 
 const int64_t* Runner::draft(int64_t anchor, int64_t pos, Stats& stats, Outputs& keep) {
   small_.at("anchor_token")->ints[0] = anchor;
   small_.at("anchor_pos")->ints[0] = pos;
   keep = run("draft_read", stats);
-  const int64_t* drafts = output<int64_t>(m_.graph("draft_read"), keep, "draft_tokens");
+  const int64_t* drafts = output<int64_t>(calls_.at("draft_read").outputs, keep, "draft_tokens");
   for (int64_t i = 0; i < m_.block; ++i)
     if (drafts[i] < 0 || drafts[i] >= m_.vocab)
       throw std::runtime_error("draft_read returned token id " + std::to_string(drafts[i]) +

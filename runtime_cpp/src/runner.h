@@ -60,10 +60,12 @@ class Runner {
 
  private:
   using Outputs = std::vector<executorch::runtime::EValue>;
+  // Everything a call needs, looked up once when the runner opens (nothing by name in the loop)
   struct Call {
-    std::string graph;
+    std::string graph, method, prefill_key;  // prefill_key: "prefill/<graph>", its stats key in prefill
     executorch::extension::Module* module;
     std::vector<executorch::runtime::EValue> inputs;
+    std::map<std::string, size_t> outputs;  // output name -> index
   };
 
   Manifest m_;
