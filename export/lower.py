@@ -78,11 +78,13 @@ class OnnxWeights:
         self.blob.close()
 
 
-def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context: int, quantize=None) -> None:
+def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context: int, quantize=None,
+               fuse_quantized: bool = False) -> None:
     """Several graphs -> one .pte whose methods are the graphs, lowered to XNNPACK.
 
     The target's methods are traced from ONE module, so their cache buffers have the same names
-    and `share_mutable_buffers` gives the three methods one cache.
+    and `share_mutable_buffers` gives the three methods one cache. fuse_quantized: torchao's quantized
+    embeddings become ExecuTorch's quantized embedding kernels (quant fusion).
     """
     # registers llama::update_cache / llama::custom_sdpa (the target's cache kernels) with torch
     from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
@@ -109,7 +111,8 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context:
         # share_mutable_buffers: the target's methods read and write one cache (without it each
         # method has its own copy, and verify would not see what prefill wrote).
         config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(
-            alloc_graph_input=False, share_mutable_buffers=True), emit_mutable_buffer_names=True)
+            alloc_graph_input=False, share_mutable_buffers=True), emit_mutable_buffer_names=True,
+            do_quant_fusion_and_const_prop=fuse_quantized)
         program = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch(config)
     path.write_bytes(program.buffer)
 

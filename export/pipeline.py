@@ -20,14 +20,15 @@ from tqdm import tqdm
 from hyflash import __version__
 from hyflash.export.graphs import cache_spec, graph_specs
 from hyflash.export.lower import OnnxWeights, export_onnx_proto, export_pte
-from hyflash.export.quantize import DRAFTER_MODES, TARGET_MODES, quantize_module, quantize_onnx
+from hyflash.export.quantize import (DRAFTER_MODES, EMBEDDING_MODES, TARGET_MODES, quantize_module, quantize_onnx,
+                                     quantize_vocab_onnx)
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.files import sha256, write_json_atomic
 from hyflash.models.generation import TALK_FILES, end_of_text_ids, generation_config
 from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
                                     target_info, weight_files)
 from hyflash.models.target import Target
-from hyflash.runtime_py.manifest import FORMAT_VERSION, VERIFY_ROWS, file_hashes, seal
+from hyflash.runtime_py.manifest import FORMAT_VERSION, QUANTIZED_EMBEDDING_KERNELS, VERIFY_ROWS, file_hashes, seal
 from hyflash.train.loop import replace_folder
 
 FORMATS = ("onnx", "pte")
@@ -44,6 +45,7 @@ class ExportConfig:
     prefill_chunk: int = 64
     quantize: str = "none"  # the drafter: none | int8 | int4
     quantize_target: str = "none"  # none | int4 (forms that keep the rows of a block independent)
+    quantize_embeddings: str = "none"  # none | int8 | int4: both models' vocabulary tables
     seed: int = 0
     force: bool = False
 
@@ -59,6 +61,9 @@ class ExportConfig:
             raise ValueError(f"--quantize must be one of {', '.join(DRAFTER_MODES)}, got {self.quantize!r}")
         if self.quantize_target not in TARGET_MODES:
             raise ValueError(f"--quantize-target must be one of {', '.join(TARGET_MODES)}, got {self.quantize_target!r}")
+        if self.quantize_embeddings not in EMBEDDING_MODES:
+            raise ValueError(f"--quantize-embeddings must be one of {', '.join(EMBEDDING_MODES)}, "
+                             f"got {self.quantize_embeddings!r}")
 
     def mode(self, model: str) -> str:
         return self.quantize if model == "drafter" else self.quantize_target
@@ -75,6 +80,15 @@ def load_models(target_dir: Path, drafter_src: str, window: int | None, seed: in
     taps = drafter_config_dict(folder)["hyflash_drafter"].get("taps")
     target = load_target(target_dir, tuple(taps) if taps else None)
     return target, load_drafter(folder, target, {"window": window} if window else None)
+
+
+def vocabulary_tables(target: Target, drafter: Drafter) -> list:
+    """The (V, D) vocabulary tables the graphs hold, as numpy: the target's embedding and LM head (one
+    table when tied), the rows of it the drafter scores, the drafter's Markov tables."""
+    tensors = [target.embed.weight, target.lm_head.weight, drafter.head_weight]
+    if drafter.cfg.markov_rank:
+        tensors += [drafter.markov_in.weight, drafter.markov_out.weight]
+    return [t.detach().float().numpy() for t in tensors]
 
 
 def _hybrid(drafter: str) -> dict:
@@ -115,6 +129,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         weights = OnnxWeights(tmp / "onnx") if "onnx" in cfg.formats else None
         vocab_weight = (target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 leaves it fp32
                         if "int4" in (cfg.quantize, cfg.quantize_target) else None)
+        tables = vocabulary_tables(target, drafter) if cfg.quantize_embeddings != "none" else []
         for label, key in bar:
             bar.set_postfix_str(label)
             if label == "drafter weights":
@@ -122,13 +137,15 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
             elif label.startswith("onnx "):
                 proto = quantize_onnx(export_onnx_proto(specs[key], target, drafter, max_context),
                                       cfg.mode(specs[key].model), vocab_weight=vocab_weight)
+                proto = quantize_vocab_onnx(proto, cfg.quantize_embeddings, tables)
                 graphs[key]["onnx"] = weights.save(key, proto)
                 del proto  # one graph in memory at a time
             else:
                 group = [s for s in specs.values() if s.model == key]
                 mode = cfg.mode(key)
                 export_pte(group, target, drafter, tmp / f"{key}.pte", max_context,
-                           quantize=lambda m: quantize_module(m, mode))
+                           quantize=lambda m: quantize_module(m, mode, cfg.quantize_embeddings),
+                           fuse_quantized=cfg.quantize_embeddings != "none")
                 for s in group:
                     graphs[s.name]["pte"] = {"file": f"{key}.pte", "method": s.name}
         if weights is not None:
@@ -207,12 +224,17 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
         "prefill_chunk": cfg.prefill_chunk, "cache": cache_spec(target, max_context),
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
+                         "embeddings": cfg.quantize_embeddings,
+                         "pte_kernels": list(QUANTIZED_EMBEDDING_KERNELS[cfg.quantize_embeddings]),
                          "onnx": {"int8": "dynamic int8 (MatMulInteger)",
                                   "int4": "MatMulNBits, weight-only, group 32, asymmetric; vocabulary projection fp32",
-                                  "none": "fp32"},
+                                  "none": "fp32",
+                                  "embeddings": "GatherBlockQuantized / MatMulNBits, group 32, symmetric"},
                          "pte": {"int8": "8da8w (torchao, XNNPACK)",
                                  "int4": "8da4w, group 32 (torchao, XNNPACK); vocabulary projection fp32",
-                                 "none": "fp32"}},
+                                 "none": "fp32",
+                                 "embeddings": "quantized_decomposed embedding_byte / embedding_4bit, group 32; "
+                                               "projections 8da8w / 8da4w"}},
         "memory": {"kind": d.memory, **d.context_bytes(max_context, kv_bytes=4, state_bytes=4),
                    "target_kv_bytes": 2 * target.cfg.num_layers * target.cfg.num_kv_heads * max_context
                    * target.cfg.head_dim * 4},

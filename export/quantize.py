@@ -14,6 +14,12 @@ drafter by `scripts/int4_ablation.py` (draft-token agreement with fp32 on onnxru
 written / held-out text): 86.8% / 86.1% with a 4-bit projection, 91.7% / 91.4% with it fp32;
 an 8-bit projection agrees as well but makes `draft_read` 1.8x slower than fp32 (MatMulNBits
 at 8 bits has no fast weight-only kernel here).
+
+`--quantize-embeddings int8|int4` quantizes the vocabulary tables of both models on top of that
+(the embedding, the LM head, the drafter's Markov tables), group 32, symmetric: ONNX
+GatherBlockQuantized / MatMulNBits, with a tied embedding and LM head (and the drafter's view of
+the target's) stored once; `.pte` torchao weight-only embeddings (ExecuTorch's quantized embedding
+kernels) and 8da8w / 8da4w projections (XNNPACK).
 """
 
 from __future__ import annotations
@@ -82,31 +88,62 @@ def rotations(proto) -> list[str]:
     return [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in turns]
 
 
-def quantize_module(module: nn.Module, mode: str) -> nn.Module:
-    """A copy of `module` with its Linear layers quantized by torchao for XNNPACK (8da8w / 8da4w)."""
-    if mode == "none":
+def quantize_module(module: nn.Module, mode: str, embeddings: str = "none") -> nn.Module:
+    """A copy of `module` with its Linear layers quantized by torchao for XNNPACK (8da8w / 8da4w; int4
+    leaves the LM head fp32), and with `embeddings` != none its vocabulary tables (quantize_vocab_module)."""
+    if mode == "none" and embeddings == "none":
         return module
-    from torchao.quantization import quantize_
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
 
     import torch
 
     module = copy.deepcopy(module)
     if mode == "int4":
-        from torchao.quantization import Int8DynamicActivationIntxWeightConfig
-
         config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP))
         # the group must divide the input size (torchao asserts otherwise): such layers stay fp32
         quantize_(module, config, filter_fn=lambda m, fqn: isinstance(m, nn.Linear) and m.in_features % GROUP == 0
                   and not fqn.endswith("lm_head"))
     elif mode == "int8":
-        from torchao.quantization import Int8DynamicActivationIntxWeightConfig
-
         config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
         quantize_(module, config, filter_fn=lambda m, _: isinstance(m, nn.Linear))
-    else:
+    elif mode != "none":
         raise ValueError(f"unknown quantization {mode!r}")
+    if embeddings != "none":
+        quantize_vocab_module(module, embeddings)
     return module
+
+
+def quantize_vocab_module(module: nn.Module, mode: str) -> None:
+    """In place: the vocabulary projections not yet quantized (the target's LM head, the drafter's view of
+    it and its Markov head) 8da8w per channel (int8) or 8da4w group 32 (int4) for
+    XNNPACK; every nn.Embedding weight-only, group 32, which ExecuTorch's quant fusion turns into
+    quantized_decomposed::embedding_byte / embedding_4bit (its quantized kernels library)."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.utils import TorchAOBaseTensor
+
+    import torch
+
+    from hyflash.models.drafter import Drafter
+    from hyflash.models.target import Target
+
+    tables = set()  # ids of the vocabulary modules
+    for m in module.modules():
+        if isinstance(m, Drafter):
+            m.vocabulary_modules()
+            tables |= {id(m.embed_module), id(m.head_module)}
+            if m.cfg.markov_rank:
+                tables |= {id(m.markov_in), id(m.markov_out)}
+        elif isinstance(m, Target):
+            tables |= {id(m.embed), id(m.lm_head)}
+    dtype = torch.int4 if mode == "int4" else torch.int8
+    quantize_(module, Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=dtype, weight_granularity=PerGroup(GROUP) if mode == "int4" else PerAxis(0)),
+        filter_fn=lambda m, _: isinstance(m, nn.Linear) and id(m) in tables and m.in_features % GROUP == 0
+        and not isinstance(m.weight, TorchAOBaseTensor))
+    quantize_(module, IntxWeightOnlyConfig(weight_dtype=dtype, granularity=PerGroup(GROUP)),
+              filter_fn=lambda m, _: isinstance(m, nn.Embedding) and id(m) in tables and m.embedding_dim % GROUP == 0)
 
 
 def quantized_op_counts(proto) -> dict[str, int]:
@@ -116,3 +153,109 @@ def quantized_op_counts(proto) -> dict[str, int]:
         if node.op_type in ("MatMulNBits", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"):
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return counts
+
+
+# ---------------------------------------------------------------- vocabulary tables (--quantize-embeddings)
+
+EMBEDDING_MODES = ("none", "int8", "int4")
+BITS = {"int8": 8, "int4": 4}
+
+
+def quantize_vocab_onnx(proto, mode: str, tables: list):
+    """A graph's vocabulary tables -> `mode` bits, group 32, symmetric. `tables`: the models' (V, D)
+    tables as numpy (vocabulary_tables), found in the graph by value: a MatMul whose constant weight is a
+    table's transpose becomes MatMulNBits (onnxruntime's quantizer), a Gather on a table becomes
+    com.microsoft.GatherBlockQuantized. Both quantize a table by the same routine, row by row, so a
+    lookup tied to a projection (or the drafter's view of the target's) gives the very same bytes and
+    `OnnxWeights` stores them once."""
+    if mode == "none":
+        return proto
+    from onnx import helper, numpy_helper
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    bits = BITS[mode]
+    lookups = {_fingerprint(t) for t in tables}
+    projections = {_fingerprint(t.T) for t in tables}
+    _fold_transposes(proto, lookups)
+
+    def initializers(kinds):  # name -> initializer, for the 2-D constants whose values are in `kinds`
+        shapes = {shape for shape, _ in kinds}
+        return {t.name: t for t in proto.graph.initializer
+                if tuple(t.dims) in shapes and _fingerprint(numpy_helper.to_array(t)) in kinds}
+
+    heads = initializers(projections)
+    names = {n.name for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in heads}
+    if names:
+        others = [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.name not in names]
+        quantizer = MatMulNBitsQuantizer(proto, bits=bits, block_size=GROUP, is_symmetric=True, nodes_to_exclude=others)
+        quantizer.process()
+        proto = quantizer.model.model
+    tabs = initializers(lookups)
+    done: dict[str, tuple[str, str]] = {}
+    for i, node in enumerate(proto.graph.node):
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        t = tabs.get(node.input[0]) if node.op_type == "Gather" and axis == 0 else None
+        if t is None or t.dims[1] % GROUP:
+            continue
+        if t.name not in done:
+            packed, scales = block_quantize(numpy_helper.to_array(t), bits)
+            done[t.name] = (f"{t.name}_q{bits}", f"{t.name}_q{bits}_scales")
+            proto.graph.initializer.extend([numpy_helper.from_array(packed, done[t.name][0]),
+                                            numpy_helper.from_array(scales, done[t.name][1])])
+        data, scales = done[t.name]
+        proto.graph.node[i].CopyFrom(helper.make_node(
+            "GatherBlockQuantized", [data, node.input[1], scales], list(node.output), name=node.name,
+            domain="com.microsoft", bits=bits, block_size=GROUP, gather_axis=0, quantize_axis=1))
+    if done:
+        used = {x for n in proto.graph.node for x in n.input}
+        keep = [t for t in proto.graph.initializer if t.name in used]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(keep)
+        if not any(o.domain == "com.microsoft" for o in proto.opset_import):
+            proto.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return proto
+
+
+def _fingerprint(array) -> tuple:
+    import hashlib
+
+    import numpy as np
+
+    a = np.ascontiguousarray(array, dtype=np.float32)
+    return a.shape, hashlib.sha256(a.tobytes()).hexdigest()
+
+
+def _fold_transposes(proto, tables: set) -> None:
+    """Transpose(table) of a constant vocabulary table (a tied LM head, a projection several nodes use)
+    -> a constant of its own, so the MatMuls reading it see a constant weight to quantize."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in proto.graph.initializer}
+    folded = {}
+    for node in list(proto.graph.node):
+        t = inits.get(node.input[0]) if node.op_type == "Transpose" else None
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), [1, 0])
+        if t is None or tuple(t.dims) not in {shape for shape, _ in tables} or perm != [1, 0]:
+            continue
+        array = numpy_helper.to_array(t)
+        if _fingerprint(array) not in tables:
+            continue
+        proto.graph.initializer.append(numpy_helper.from_array(array.T.copy(), f"{t.name}_T"))
+        folded[node.output[0]] = f"{t.name}_T"
+        proto.graph.node.remove(node)
+    for node in proto.graph.node:
+        for i, name in enumerate(node.input):
+            if name in folded:
+                node.input[i] = folded[name]
+
+
+def block_quantize(table, bits: int):
+    """(N, D) fp32 table -> packed (N, D * bits / 8) uint8 and scales (N, D / 32): each row in blocks of 32,
+    symmetric (zero point 2^(bits-1), implied), by onnxruntime's MatMulNBits routine on table.T, so the
+    bytes are those of the tied projection's MatMulNBits weight."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                 DefaultWeightOnlyQuantizer)
+
+    quantizer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(block_size=GROUP, is_symmetric=True, bits=bits))
+    packed, scales, _ = quantizer.qbits_block_quant(table.T.copy())
+    return packed.reshape(packed.shape[0], -1), scales

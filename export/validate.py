@@ -285,7 +285,9 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     check_declarations(folder, manifest, specs, target)
     kinds = backends or tuple(k for k, key in (("onnxruntime", "onnx"), ("executorch", "pte"))
                               if any(g.get(key) for g in manifest["graphs"].values()))
-    quant = manifest["quantization"]
+    quant = dict(manifest["quantization"])
+    if quant.get("embeddings", "none") != "none":  # both models' vocabulary tables: judge both by agreement
+        quant = {m: quant[m] if quant[m] != "none" else f"embeddings {quant['embeddings']}" for m in ("drafter", "target")}
     texts = []
     if (quant["drafter"], quant["target"]) != ("none", "none"):
         length = agreement_length(manifest["max_context"])

@@ -13,22 +13,13 @@ import torch
 from hyflash.models.config import TargetConfig
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import resolve
+from hyflash.models.presets import PRESETS
 from hyflash.models.target import Target
 from hyflash.runtime_py.manifest import load_manifest
 
 GIB = 2**30
 BUDGET = 12 * GIB
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-
-PRESETS = {
-    "phi-4-reasoning": {"architectures": ["Phi3ForCausalLM"], "num_hidden_layers": 40, "hidden_size": 5120,
-                        "num_attention_heads": 40, "num_key_value_heads": 10, "head_dim": 128,
-                        "intermediate_size": 17920, "vocab_size": 100352, "tie_word_embeddings": False,
-                        "max_position_embeddings": 32768},
-    "qwen3-4b": {"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 36, "hidden_size": 2560,
-                 "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728,
-                 "vocab_size": 151936, "tie_word_embeddings": True, "max_position_embeddings": 40960},
-}
 
 
 def _counts(target_cfg: TargetConfig, drafter_overrides: dict) -> tuple[int, int, DrafterConfig]:
@@ -109,3 +100,64 @@ def format_budget(b: dict) -> str:
         verdict = "fits" if n <= b["budget_bytes"] else "over"
         lines.append(f"  {'total, ' + label:<36}{_fmt(n)}   {verdict} a 12 GiB budget")
     return "\n".join(lines)
+
+
+# Bytes per stored weight, by format and quantization mode (groups of 32 carry an fp32 scale; ONNX's
+# asymmetric int4 a 4-bit zero point too). Tables are the vocabulary tables (--quantize-embeddings).
+LINEAR_BYTES = {("onnx", "none"): 4, ("onnx", "int8"): 1, ("onnx", "int4"): 0.5 + 4 / 32 + 0.5 / 32,
+                ("pte", "none"): 4, ("pte", "int8"): 1, ("pte", "int4"): 0.5 + 4 / 32}
+TABLE_BYTES = {"none": 4, "int8": 1 + 4 / 32, "int4": 0.5 + 4 / 32}
+
+
+def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: str = "none",
+                 quantize_target: str = "none", quantize_embeddings: str = "none") -> dict:
+    """Estimated bytes of an export's weights, per format, before anything is exported: parameters counted
+    on the meta device, priced by how `hyflash export` stores them. ONNX: one weights file (a tied table
+    stored once; quantized, the drafter's view of it too, while in fp32 the drafter's head is the table
+    transposed). `.pte`: each program holds its own embedding and its own packed LM head. Graph structure
+    (a few hundred KiB) is not counted."""
+    from torch import nn
+
+    with torch.device("meta"):
+        target = Target(target_cfg)
+        drafter = Drafter.for_target(target, DrafterConfig.for_target(target, **drafter_overrides))
+    v, h = target_cfg.vocab_size, target_cfg.hidden_size
+    table = v * h
+    markov = [drafter.markov_in, drafter.markov_out] if drafter.cfg.markov_rank else []
+    own_head = drafter.cfg.draft_vocab * h if drafter.cfg.draft_vocab else 0
+
+    def split(module, skip):  # (Linear weights, every other parameter), the `skip` modules left out
+        skipped = {id(p) for m in skip for p in m.parameters()}
+        linear = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear) and m not in skip)
+        rest = sum(p.numel() for p in module.parameters() if id(p) not in skipped)
+        return linear, rest - linear
+
+    t_lin, t_rest = split(target, [target.embed, target.lm_head])
+    d_lin, d_rest = split(drafter, markov)
+    m_table = sum(m.weight.numel() for m in markov)
+    qe, qt, qd = quantize_embeddings, quantize_target, quantize
+
+    def tables(fmt: str, model: str) -> float:
+        """The vocabulary tables `model` stores in `fmt` (the drafter's own Markov tables included)."""
+        if qe != "none":
+            table_b = TABLE_BYTES[qe]
+            head_b = table_b
+        else:  # int4 keeps the LM head fp32; a drafter in int8 quantizes the head it scores (its own copy)
+            table_b, head_b = 4, 4
+        if model == "target":
+            if fmt == "onnx":
+                return table * table_b * (1 if target_cfg.tie_word_embeddings else 2)
+            return table * (table_b + head_b)
+        markov_b = TABLE_BYTES[qe] if qe != "none" else (4 + LINEAR_BYTES[fmt, qd]) / 2
+        own = own_head * head_b + m_table * markov_b
+        if fmt == "onnx":  # quantized tables are shared with the target's; an fp32 head is the table transposed
+            return own + (0 if qe != "none" or own_head else table * LINEAR_BYTES["onnx", "int8" if qd == "int8" else "none"])
+        head = head_b if not (qd == "int8" and qe == "none") else LINEAR_BYTES["pte", "int8"]
+        return own + table * table_b + (0 if own_head else table * head)
+
+    out = {}
+    for fmt in ("onnx", "pte"):
+        target_b = t_lin * LINEAR_BYTES[fmt, qt] + t_rest * 4 + tables(fmt, "target")
+        drafter_b = d_lin * LINEAR_BYTES[fmt, qd] + d_rest * 4 + tables(fmt, "drafter")
+        out[fmt] = {"target": int(target_b), "drafter": int(drafter_b), "total": int(target_b + drafter_b)}
+    return out

@@ -11,6 +11,7 @@ import resource
 import sys
 from pathlib import Path
 
+from hyflash.models.presets import PRESETS  # no dependencies: the --preset choices
 from hyflash.runtime_py.backends import BACKENDS  # numpy only: the --backend choices
 from hyflash.train.repeats import CURRICULA  # numpy only: the --curriculum choices
 
@@ -43,7 +44,8 @@ def _emit(args, data: dict, text) -> None:
 def cmd_inspect(args) -> int:
     from hyflash.inspect import inspect_target, format_report
 
-    report = inspect_target(args.target, args.max_context)
+    report = inspect_target(args.target, args.max_context, args.drafter, args.quantize, args.quantize_target,
+                            args.quantize_embeddings)
     _emit(args, report, lambda: format_report(report))
     return 0 if report["supported"] else EXIT_USAGE
 
@@ -56,7 +58,8 @@ def cmd_export(args) -> int:
     formats = ("onnx", "pte") if args.format == "both" else (args.format,)
     cfg = ExportConfig(target=args.target, drafter=args.drafter, out=args.out, formats=formats, window=args.window,
                        max_context=args.max_context, prefill_chunk=args.prefill_chunk, quantize=args.quantize,
-                       quantize_target=args.quantize_target, seed=args.seed, force=args.force)
+                       quantize_target=args.quantize_target, quantize_embeddings=args.quantize_embeddings,
+                       seed=args.seed, force=args.force)
     manifest = export(cfg, progress=True)
     summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
                "max_context": manifest["max_context"], "window": manifest["window"],
@@ -559,9 +562,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="hyflash", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    p = sub.add_parser("inspect", help="what a checkpoint is and whether it can be exported")
+    p = sub.add_parser("inspect", help="what a checkpoint is, whether it can be exported, what the export would weigh")
     p.add_argument("--target", required=True, help="Hugging Face checkpoint folder")
     p.add_argument("--max-context", type=_positive(), default=None)
+    p.add_argument("--drafter", default="random", help="drafter folder or reference name (its geometry)")
+    p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none", help="the drafter")
+    p.add_argument("--quantize-target", choices=["none", "int4"], default="none")
+    p.add_argument("--quantize-embeddings", choices=["none", "int8", "int4"], default="none")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 
@@ -575,6 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-chunk", type=_positive(), default=64)
     p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none", help="the drafter")
     p.add_argument("--quantize-target", choices=["none", "int4"], default="none")
+    p.add_argument("--quantize-embeddings", choices=["none", "int8", "int4"], default="none",
+                   help="both models' vocabulary tables: embedding, LM head, Markov head")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--json", action="store_true")
@@ -660,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("memory", help="the device memory budget, from geometry")
-    p.add_argument("--preset", choices=["phi-4-reasoning", "qwen3-4b"])
+    p.add_argument("--preset", choices=list(PRESETS))
     p.add_argument("--artifacts", type=Path, help="an export folder")
     p.add_argument("--target", help="a checkpoint folder, or 'reference'")
     p.add_argument("--context", type=_positive(), default=None)

@@ -1,14 +1,17 @@
-"""`hyflash inspect`: what a checkpoint is, and whether (and at what context) it can be exported."""
+"""`hyflash inspect`: what a checkpoint is, whether (and at what context) it can be exported, and what an
+export with given options would weigh and need on a device, before anything is exported."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from hyflash.budget import budget, export_sizes
 from hyflash.models.config import TargetConfig, UnsupportedModelError
-from hyflash.models.loading import load_target, resolve
+from hyflash.models.loading import drafter_config_dict, load_target, resolve
 
 
-def inspect_target(folder: str | Path, max_context: int | None = None) -> dict:
+def inspect_target(folder: str | Path, max_context: int | None = None, drafter: str = "random",
+                   quantize: str = "none", quantize_target: str = "none", quantize_embeddings: str = "none") -> dict:
     """A report on the checkpoint; loads the weights (so shape mismatches surface here).
 
     Unreadable or inconsistent folders raise (one-line messages); a readable checkpoint that
@@ -39,7 +42,25 @@ def inspect_target(folder: str | Path, max_context: int | None = None) -> dict:
         "tokenizer": (folder / "tokenizer.json").is_file(),
         "supported": reason is None,
         "reason": reason,
+        "export": export_estimate(cfg, context, drafter, quantize, quantize_target, quantize_embeddings),
     }
+
+
+def export_estimate(cfg: TargetConfig, context: int, drafter: str, quantize: str, quantize_target: str,
+                    quantize_embeddings: str) -> dict:
+    """File sizes by format (budget.export_sizes) and the device budget at `context` (`hyflash memory`'s,
+    with the KV cache in fp32 as exports keep it) for these export options."""
+    overrides = {}
+    if drafter != "random":
+        overrides = dict(drafter_config_dict(resolve(drafter, "drafter"))["hyflash_drafter"])
+        overrides = {k: v for k, v in overrides.items() if k not in ("hidden_size", "vocab_size", "taps")}
+    sizes = export_sizes(cfg, overrides, quantize, quantize_target, quantize_embeddings)
+    b = budget(cfg, context, overrides, kv_dtype="fp32")
+    return {"drafter": drafter, "quantize": quantize, "quantize_target": quantize_target,
+            "quantize_embeddings": quantize_embeddings, "bytes": sizes, "context": context,
+            "target_kv_bytes": b["target_kv_bytes"], "drafter_context_bytes": b["drafter_context_bytes"],
+            "device_bytes": {fmt: sizes[fmt]["total"] + b["target_kv_bytes"] + b["drafter_context_bytes"]
+                             for fmt in sizes}}
 
 
 def format_report(r: dict) -> str:
@@ -59,4 +80,13 @@ def format_report(r: dict) -> str:
         f"  tokenizer      {'tokenizer.json' if r['tokenizer'] else 'none (token ids only)'}",
         f"  supported      {'yes' if r['supported'] else 'no: ' + r['reason']}",
     ]
+    e = r["export"]
+    mib = lambda n: f"{n / 2**20:,.1f} MiB"
+    lines.append(f"  export         drafter {e['drafter']}, quantize {e['quantize']} / target {e['quantize_target']} / "
+                 f"embeddings {e['quantize_embeddings']} (estimated before export):")
+    for fmt, label in (("onnx", "ONNX"), (".pte", ".pte")):
+        sz = e["bytes"][fmt.strip(".")]
+        lines.append(f"    {label:<5} files {mib(sz['total'])} (target {mib(sz['target'])}, drafter {mib(sz['drafter'])}); "
+                     f"on a device with the fp32 KV cache at {e['context']:,} ({mib(e['target_kv_bytes'])}) and the "
+                     f"drafter's context: {mib(e['device_bytes'][fmt.strip('.')])}")
     return "\n".join(lines)

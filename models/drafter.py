@@ -196,6 +196,23 @@ class Drafter(nn.Module):
         slot = torch.arange(cfg.slots)
         mask = torch.ones(cfg.slots, cfg.slots, dtype=torch.bool) if cfg.slot_attention else slot[:, None] == slot
         self.register_buffer("slot_mask", mask, persistent=False)  # bidirectional among slots
+        self.embed_module: nn.Embedding | None = None  # see vocabulary_modules
+        self.head_module: nn.Linear | None = None
+
+    def vocabulary_modules(self) -> None:
+        """For export: the target's embedding and the LM head the drafter scores become an nn.Embedding and
+        an nn.Linear over the same tensors, read from then on, so module quantizers (torchao) find them.
+        Numerically the same as the buffers."""
+        self.embed_module = nn.Embedding.from_pretrained(self.embed, freeze=True)
+        self.head_module = nn.Linear(self.cfg.hidden_size, self.cfg.head_size, bias=False)
+        self.head_module.weight = nn.Parameter(self.head_weight, requires_grad=False)
+
+    def embed_tokens(self, tokens):
+        return self.embed_module(tokens) if self.embed_module is not None else F.embedding(tokens, self.embed)
+
+    def project(self, hn):
+        """(..., d) -> (..., N): the LM head's scores of the draft vocabulary."""
+        return self.head_module(hn) if self.head_module is not None else F.linear(hn, self.head_weight)
 
     @classmethod
     def for_target(cls, target: Target, cfg: DrafterConfig) -> "Drafter":
@@ -214,7 +231,8 @@ class Drafter(nn.Module):
     def slot_inputs(self, anchor_tokens):
         """anchor_tokens: (B,) -> (B, S, d): anchor embedding, then B mask embeddings."""
         b = anchor_tokens.shape[0]
-        return torch.cat([self.embed[anchor_tokens][:, None], self.mask_embed.expand(b, self.cfg.block, -1)], dim=1)
+        return torch.cat([self.embed_tokens(anchor_tokens)[:, None], self.mask_embed.expand(b, self.cfg.block, -1)],
+                         dim=1)
 
     def slot_states(self, h):
         """h: (..., S, d) final slot states -> normalised states of slots 1..7 (..., 7, d), confidence
@@ -231,11 +249,11 @@ class Drafter(nn.Module):
         """h: (..., S, d) final slot states -> logits of slots 1..7 before the Markov bias (..., 7, N),
         confidence (..., 7) or None."""
         hn, conf = self.slot_states(h)
-        return hn @ self.head_weight.t(), conf
+        return self.project(hn), conf
 
     def head(self, hn, prev):
         """hn (..., d) normalised slot states, prev (...) previous-slot tokens -> logits (..., N)."""
-        logits = hn @ self.head_weight.t()
+        logits = self.project(hn)
         return logits + self.markov(prev) if self.cfg.markov_rank else logits
 
     def markov(self, prev):

@@ -131,6 +131,18 @@ def check_io(where: str, kind: str, declared: list[tuple], actual: list[tuple]) 
                                     f"{theirs!r} in the graph; re-export")
 
 
+def load_quantized_kernels() -> None:
+    """ExecuTorch's quantized kernels (quantized_decomposed::embedding_byte / embedding_4bit, which
+    --quantize-embeddings programs call) into the Python runtime: the wheel ships them as a library of
+    the C++ runtime the Python bindings share, which registers them when loaded."""
+    import ctypes
+
+    import executorch
+
+    ctypes.CDLL(str(Path(list(executorch.__path__)[0]) / "lib" / "libexecutorch_kernels_quantized.so"),
+                mode=ctypes.RTLD_GLOBAL)
+
+
 class PteBackend(Backend):
     name = "executorch"
     host_cache = False
@@ -141,6 +153,8 @@ class PteBackend(Backend):
         if contract.cache["pte"]["kernels"]:
             # the target's cache kernels (llama::update_cache, llama::custom_sdpa) for the Python runtime
             from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
+        if contract.manifest["quantization"].get("pte_kernels"):
+            load_quantized_kernels()
         self.contract = contract
         runtime = Runtime.get()
         programs, self.methods = {}, {}

@@ -61,6 +61,18 @@ def both_formats(qwen3_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def int4_embeddings(qwen3_dir, tmp_path_factory):
+    """The tiny Qwen3 (tied embedding and LM head) with only its vocabulary tables quantized, both formats."""
+    from hyflash.cli import main
+
+    out = tmp_path_factory.mktemp("qe") / "int4"
+    assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "both",
+                 "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24",
+                 "--quantize-embeddings", "int4"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def reference_pte(tmp_path_factory):
     """The embedded pair exported to .pte (slow tests only: lowering its target takes minutes)."""
     from hyflash.export.pipeline import ExportConfig, export

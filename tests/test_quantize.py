@@ -11,12 +11,13 @@ from hyflash.export.quantize import quantized_op_counts, rotations, vocab_projec
 from hyflash.export.validate import agreement_texts, drafter_agreement, summarize, target_agreement, validate
 from hyflash.models.loading import load_target
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.manifest import load_manifest
 
 
-def _export(qwen3_dir, out, quantize, quantize_target="none", fmt="onnx"):
+def _export(qwen3_dir, out, quantize, quantize_target="none", fmt="onnx", embeddings="none"):
     args = ["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", fmt,
             "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24",
-            "--quantize", quantize, "--quantize-target", quantize_target]
+            "--quantize", quantize, "--quantize-target", quantize_target, "--quantize-embeddings", embeddings]
     assert main(args) == 0
     return out
 
@@ -150,3 +151,45 @@ def test_agreement_needs_room(qwen3_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["validate", str(out)]) == 2
     assert "max_context 32 leaves too few tokens to measure quantized agreement" in capsys.readouterr().err
+
+
+def test_quantized_embeddings_are_stored_once(int4_embeddings, qwen3_dir):
+    """Every vocabulary table is int4 (lookups GatherBlockQuantized, projections MatMulNBits), and the tied
+    table is ONE range of the weights file: the target's lookup and LM head and the drafter's view of both."""
+    vocab = 96
+    table = load_target(qwen3_dir).embed.weight.detach().numpy()  # tied: the LM head too
+    ranges = {}  # (graph, role) -> the (offset, length) ranges of model.weights its int4 tables read
+    for graph in ("target_prefill", "target_verify", "target_decode", "draft_read"):
+        proto = onnx.load(int4_embeddings / "onnx" / f"{graph}.onnx", load_external_data=False)
+        inits = {t.name: t for t in proto.graph.initializer}
+        for t in inits.values():  # no fp32 copy of the table is left, in either orientation
+            if t.data_type == onnx.TensorProto.FLOAT and list(t.dims) in ([vocab, 64], [64, vocab]):
+                w = onnx.numpy_helper.to_array(t, base_dir=str(int4_embeddings / "onnx"))
+                assert not (np.array_equal(w, table) or np.array_equal(w, table.T)), (graph, t.name)
+        where = lambda name: tuple(int({e.key: e.value for e in inits[name].external_data}[k]) for k in ("offset", "length"))
+        for node in proto.graph.node:
+            a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+            if node.op_type == "MatMulNBits" and a["N"] == vocab:
+                assert a["bits"] == 4
+                ranges.setdefault((graph, "head"), set()).add(where(node.input[1]))
+            if node.op_type == "GatherBlockQuantized":
+                assert a["bits"] == 4
+                ranges.setdefault((graph, "lookup"), set()).add(where(node.input[0]))
+    (table_range,) = ranges["target_decode", "lookup"]  # tied: the lookup and the LM head are one range ...
+    for graph in ("target_prefill", "target_verify", "target_decode"):
+        assert ranges[graph, "lookup"] == ranges[graph, "head"] == {table_range}, graph
+    # ... which the drafter reads as well (besides its own Markov tables)
+    assert table_range in ranges["draft_read", "lookup"] and table_range in ranges["draft_read", "head"]
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "executorch"])
+def test_quantized_embeddings_speculative_equals_target_only(int4_embeddings, backend):
+    manifest = load_manifest(int4_embeddings)
+    assert manifest["quantization"]["embeddings"] == "int4"
+    assert manifest["quantization"]["pte_kernels"] == ["quantized_decomposed::embedding_4bit"]
+    runtime = Runtime(int4_embeddings, backend)
+    prompt = np.random.default_rng(7).integers(3, 96, 21).tolist()
+    out = {draft: [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=40, ignore_eos=True,
+                                                                          draft=draft)) for t in new]
+           for draft in ("model", "none")}
+    assert out["model"] == out["none"]

@@ -73,6 +73,11 @@ def test_greedy_equals_the_python_runtime(runner, both_formats):
     assert c["stop_reason"].startswith("usable context reached") and c["prompt_tokens"] + len(c["tokens"]) == 96 - 8
 
 
+def test_quantized_embeddings_equal_the_python_runtime(runner, int4_embeddings):
+    """Programs calling ExecuTorch's quantized embedding kernels (--quantize-embeddings) run as in Python."""
+    _same_as_python(runner, int4_embeddings, [[5, 9, 14, 3, 77, 21, 40]], 24)
+
+
 def test_stops_at_eos_as_the_python_runtime(runner, both_formats):
     runtime = Runtime(both_formats, "executorch")
     prompt = [5, 17, 33, 8, 61, 2, 40, 40, 12]

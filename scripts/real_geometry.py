@@ -1,0 +1,118 @@
+"""Issue 17: an export at a real model's geometry, measured on this machine. A checkpoint with the preset's
+exact geometry and random weights (no download: random weights cost what real ones do) is exported in both
+formats with the shipping recipe (int4 target, int4 drafter, int4 vocabulary tables, a random HyFlash
+drafter) and profiled on both backends. Reported: export wall time and peak RSS (the export's own), file
+sizes by format, per-graph ms at each committed length, the drafter's share of a round, and the speedup the
+loop would reach from those graph times, tau x decode / (verify + drafter), at the paper's tau (3.79,
+HyFlash on Phi-4-reasoning) and at the embedded pair's (docs/reference/bench.json, pooled over buckets).
+Run it on an otherwise idle machine.
+
+    .venv/bin/python scripts/real_geometry.py qwen3-0.6b [--contexts 1024,3072] [--max-context 4096]
+        [--export-only] [--formats both] [--out results/real_geometry_qwen3-0.6b.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hyflash.models.presets import PRESETS, write_random_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+HYFLASH = [sys.executable, "-m", "hyflash.cli"]
+PAPER_TAU = 3.79
+RECIPE = ["--drafter", "random", "--quantize", "int4", "--quantize-target", "int4", "--quantize-embeddings", "int4"]
+
+
+def embedded_tau() -> float:
+    """The embedded HyFlash drafter's tau in the README bench, pooled over its buckets."""
+    rows = json.loads((ROOT / "docs/reference/bench.json").read_text())["results"]
+    taus = [r["acceptance_length"] for r in rows if r["drafter"] == "hyflash"]
+    return statistics.mean(taus)
+
+
+def run_json(args: list[str]) -> dict:
+    out = subprocess.run(HYFLASH + args + ["--json"], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"hyflash {args[0]}: {(out.stderr.strip().splitlines() or ['failed'])[-1]}")
+    return json.loads(out.stdout)
+
+
+def sizes(files: dict[str, int]) -> dict[str, int]:
+    """Bytes by format: the ONNX folder (graphs + weights) and the two .pte programs, target and drafter."""
+    onnx = sum(n for f, n in files.items() if f.startswith("onnx/"))
+    return {"onnx": onnx, "pte": sum(n for f, n in files.items() if f.endswith(".pte")),
+            "target.pte": files.get("target.pte", 0), "drafter.pte": files.get("drafter.pte", 0)}
+
+
+def loop_speedup(ms: dict, tau: float) -> float:
+    drafter = sum(ms.get(g, 0.0) for g in ("draft_read", "state_commit", "window_shift"))
+    return tau * ms["target_decode"] / (ms["target_verify"] + drafter)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("preset", choices=list(PRESETS))
+    ap.add_argument("--contexts", default="1024,3072")
+    ap.add_argument("--max-context", type=int, default=4096)
+    ap.add_argument("--formats", choices=["onnx", "pte", "both"], default="both")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--export-only", action="store_true")
+    ap.add_argument("--layers", type=int, default=None, help="fewer layers than the preset (a quick dry run)")
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "real")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args()
+
+    name = a.preset + (f"-{a.layers}layers" if a.layers else "")
+    ckpt = write_random_checkpoint(a.preset, a.work / name / "checkpoint", layers=a.layers)
+    export = a.work / name / "export"
+    start = time.perf_counter()
+    made = run_json(["export", "--target", str(ckpt), "--out", str(export), "--format", a.formats, "--max-context",
+                     str(a.max_context), "--force", *RECIPE])
+    report = {"preset": a.preset, "geometry": PRESETS[a.preset], "recipe": RECIPE, "max_context": a.max_context,
+              "export": {"wall_s": time.perf_counter() - start, "peak_rss_bytes": made["peak_rss_bytes"],
+                         "files": made["bytes"], "bytes_by_format": sizes(made["bytes"])}}
+    if not a.export_only:
+        taus = {"paper": PAPER_TAU, "embedded_pair": embedded_tau()}
+        backends = {"onnx": ["onnxruntime"], "pte": ["executorch"], "both": ["onnxruntime", "executorch"]}[a.formats]
+        report["profile"] = {}
+        for backend in backends:
+            prof = run_json(["profile", str(export), "--backend", backend, "--contexts", a.contexts,
+                             "--repeats", str(a.repeats), "--no-optimum"])
+            for row in prof["rows"]:
+                ms = row["graph_ms"]
+                row["drafter_share"] = row["drafter_ms_per_round"] / (row["drafter_ms_per_round"] + ms["target_verify"])
+                row["loop_speedup"] = {k: loop_speedup(ms, t) for k, t in taus.items()}
+            report["profile"][backend] = prof
+        report["tau"] = taus
+    report["layers"] = a.layers or PRESETS[a.preset]["num_hidden_layers"]
+    (a.out or ROOT / "results" / f"real_geometry_{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(table(report))
+
+
+def table(r: dict) -> str:
+    mib = lambda n: f"{n / 2**20:,.0f} MiB"
+    e = r["export"]
+    lines = [f"{r['preset']}: export {e['wall_s'] / 60:.1f} min, peak RSS {e['peak_rss_bytes'] / 2**30:.1f} GiB; "
+             f"ONNX {mib(e['bytes_by_format']['onnx'])}, .pte {mib(e['bytes_by_format']['pte'])} "
+             f"(target {mib(e['bytes_by_format']['target.pte'])}, drafter {mib(e['bytes_by_format']['drafter.pte'])})"]
+    if "profile" in r:
+        lines.append("| backend, committed | decode ms | verify ms | draft_read ms | drafter ms a round | drafter share "
+                     f"| speedup at tau {r['tau']['paper']:.2f} | at tau {r['tau']['embedded_pair']:.2f} |")
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for backend, prof in r["profile"].items():
+            for row in prof["rows"]:
+                ms = row["graph_ms"]
+                lines.append(f"| {backend}, {row['context']:,} | {ms['target_decode']:.1f} | {ms['target_verify']:.1f} | "
+                             f"{ms['draft_read']:.1f} | {row['drafter_ms_per_round']:.1f} | {row['drafter_share']:.0%} | "
+                             f"{row['loop_speedup']['paper']:.2f}x | {row['loop_speedup']['embedded_pair']:.2f}x |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
