@@ -227,9 +227,10 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
                          "embeddings": cfg.quantize_embeddings,
                          "pte_kernels": list(QUANTIZED_EMBEDDING_KERNELS[cfg.quantize_embeddings]),
                          "onnx": {"int8": "dynamic int8 (MatMulInteger)",
-                                  "int4": "MatMulNBits, weight-only, group 32, asymmetric; vocabulary projection fp32",
+                                  "int4": "MatMulNBits, int4 weights in groups of 32, asymmetric, accuracy_level 4 "
+                                          "(int8 activations per row and block); vocabulary projection fp32",
                                   "none": "fp32",
-                                  "embeddings": "GatherBlockQuantized / MatMulNBits, group 32, symmetric"},
+                                  "embeddings": "GatherBlockQuantized / MatMulNBits (accuracy_level 4), group 32, symmetric"},
                          "pte": {"int8": "8da8w (torchao, XNNPACK)",
                                  "int4": "8da4w, group 32 (torchao, XNNPACK); vocabulary projection fp32",
                                  "none": "fp32",
