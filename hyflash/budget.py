@@ -102,10 +102,11 @@ def format_budget(b: dict) -> str:
     return "\n".join(lines)
 
 
-# Bytes per stored weight, by format and quantization mode (groups of 32 carry an fp32 scale; ONNX's
-# asymmetric int4 a 4-bit zero point too). Tables are the vocabulary tables (--quantize-embeddings).
+# Bytes per stored weight, by format and quantization mode: groups of 32 carry an fp32 scale (ONNX's
+# asymmetric int4 a 4-bit zero point too; XNNPACK packs int4 with bf16 scales). TABLE_BYTES: a quantized
+# vocabulary table as a lookup (--quantize-embeddings; in ONNX the projection is the same bytes).
 LINEAR_BYTES = {("onnx", "none"): 4, ("onnx", "int8"): 1, ("onnx", "int4"): 0.5 + 4 / 32 + 0.5 / 32,
-                ("pte", "none"): 4, ("pte", "int8"): 1, ("pte", "int4"): 0.5 + 4 / 32}
+                ("pte", "none"): 4, ("pte", "int8"): 1, ("pte", "int4"): 0.5 + 2 / 32}
 TABLE_BYTES = {"none": 4, "int8": 1 + 4 / 32, "int4": 0.5 + 4 / 32}
 
 
@@ -139,16 +140,16 @@ def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: st
 
     def tables(fmt: str, model: str) -> float:
         """The vocabulary tables `model` stores in `fmt` (the drafter's own Markov tables included)."""
-        if qe != "none":
+        if qe != "none":  # a .pte's projections are XNNPACK's packed linears
             table_b = TABLE_BYTES[qe]
-            head_b = table_b
+            head_b = table_b if fmt == "onnx" else LINEAR_BYTES["pte", qe]
         else:  # int4 keeps the LM head fp32; a drafter in int8 quantizes the head it scores (its own copy)
             table_b, head_b = 4, 4
         if model == "target":
             if fmt == "onnx":
                 return table * table_b * (1 if target_cfg.tie_word_embeddings else 2)
             return table * (table_b + head_b)
-        markov_b = TABLE_BYTES[qe] if qe != "none" else (4 + LINEAR_BYTES[fmt, qd]) / 2
+        markov_b = (table_b + head_b) / 2 if qe != "none" else (4 + LINEAR_BYTES[fmt, qd]) / 2
         own = own_head * head_b + m_table * markov_b
         if fmt == "onnx":  # quantized tables are shared with the target's; an fp32 head is the table transposed
             return own + (0 if qe != "none" or own_head else table * LINEAR_BYTES["onnx", "int8" if qd == "int8" else "none"])

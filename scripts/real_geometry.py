@@ -8,7 +8,7 @@ HyFlash on Phi-4-reasoning) and at the embedded pair's (docs/reference/bench.jso
 Run it on an otherwise idle machine.
 
     .venv/bin/python scripts/real_geometry.py qwen3-0.6b [--contexts 1024,3072] [--max-context 4096]
-        [--export-only] [--formats both] [--out results/real_geometry_qwen3-0.6b.json]
+        [--export-only] [--formats both] [--reuse-export --backends onnxruntime] [--out results/real_geometry_qwen3-0.6b.json]
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--export-only", action="store_true")
     ap.add_argument("--layers", type=int, default=None, help="fewer layers than the preset (a quick dry run)")
+    ap.add_argument("--backends", default=None, help="profile only these (default: the exported formats')")
+    ap.add_argument("--reuse-export", action="store_true",
+                    help="profile the existing export again, keeping the export figures of the previous results")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "real")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
@@ -71,16 +74,22 @@ def main() -> None:
     name = a.preset + (f"-{a.layers}layers" if a.layers else "")
     ckpt = write_random_checkpoint(a.preset, a.work / name / "checkpoint", layers=a.layers)
     export = a.work / name / "export"
-    start = time.perf_counter()
-    made = run_json(["export", "--target", str(ckpt), "--out", str(export), "--format", a.formats, "--max-context",
-                     str(a.max_context), "--force", *RECIPE])
-    report = {"preset": a.preset, "geometry": PRESETS[a.preset], "recipe": RECIPE, "max_context": a.max_context,
-              "export": {"wall_s": time.perf_counter() - start, "peak_rss_bytes": made["peak_rss_bytes"],
-                         "files": made["bytes"], "bytes_by_format": sizes(made["bytes"])}}
+    result = a.out or ROOT / "results" / f"real_geometry_{name}.json"
+    previous = json.loads(result.read_text()) if result.is_file() else {}
+    report = {"preset": a.preset, "geometry": PRESETS[a.preset], "recipe": RECIPE, "max_context": a.max_context}
+    if a.reuse_export:
+        report["export"] = previous["export"]
+    else:
+        start = time.perf_counter()
+        made = run_json(["export", "--target", str(ckpt), "--out", str(export), "--format", a.formats,
+                         "--max-context", str(a.max_context), "--force", *RECIPE])
+        report["export"] = {"wall_s": time.perf_counter() - start, "peak_rss_bytes": made["peak_rss_bytes"],
+                            "files": made["bytes"], "bytes_by_format": sizes(made["bytes"])}
     if not a.export_only:
         taus = {"paper": PAPER_TAU, "embedded_pair": embedded_tau()}
         backends = {"onnx": ["onnxruntime"], "pte": ["executorch"], "both": ["onnxruntime", "executorch"]}[a.formats]
-        report["profile"] = {}
+        backends = a.backends.split(",") if a.backends else backends
+        report["profile"] = dict(previous.get("profile", {})) if a.reuse_export else {}
         for backend in backends:
             prof = run_json(["profile", str(export), "--backend", backend, "--contexts", a.contexts,
                              "--repeats", str(a.repeats), "--no-optimum"])
@@ -91,7 +100,7 @@ def main() -> None:
             report["profile"][backend] = prof
         report["tau"] = taus
     report["layers"] = a.layers or PRESETS[a.preset]["num_hidden_layers"]
-    (a.out or ROOT / "results" / f"real_geometry_{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    result.write_text(json.dumps(report, indent=1) + "\n")
     print(table(report))
 
 

@@ -61,3 +61,11 @@ OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy5/model --windows 1
 #     --checkpoint-every 25 --threads 2
 #   $H eval-target --target runs/target-v3-copy4b/model --windows 119 --copy-fillers 256,768,1536 \
 #     --copy-probes 16 --json > results/target_v3_copy4_more.json
+
+#   G copy5b     400 more steps of copy5 from F's weights on a fresh schedule (lr 5e-4, 1 thread; the other core
+#                was in use), with the probes every 100 steps.
+[ -f runs/target-v3-copy5b/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy5/model \
+  --curriculum copy5 --probe-every 100 --out runs/target-v3-copy5b --steps 400 --batch 4 --seq-len 2048 --lr 5e-4 \
+  --warmup 10 --checkpoint-every 25 --threads 1
+OMP_NUM_THREADS=1 $H eval-target --target runs/target-v3-copy5b/model --windows 119 \
+  --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy5b.json
