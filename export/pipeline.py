@@ -135,9 +135,10 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
             if label == "drafter weights":
                 save_drafter(drafter, tmp / "drafter", target_info(target), dtype=torch.float32)
             elif label.startswith("onnx "):
-                proto = quantize_onnx(export_onnx_proto(specs[key], target, drafter, max_context),
-                                      cfg.mode(specs[key].model), vocab_weight=vocab_weight)
-                proto = quantize_vocab_onnx(proto, cfg.quantize_embeddings, tables)
+                # the vocabulary tables first: the drafter's int8 pass would take its head as a MatMul of its own
+                proto = quantize_vocab_onnx(export_onnx_proto(specs[key], target, drafter, max_context),
+                                            cfg.quantize_embeddings, tables)
+                proto = quantize_onnx(proto, cfg.mode(specs[key].model), vocab_weight=vocab_weight)
                 graphs[key]["onnx"] = weights.save(key, proto)
                 del proto  # one graph in memory at a time
             else:

@@ -30,6 +30,9 @@ from pathlib import Path
 
 from torch import nn
 
+from hyflash.models.drafter import Drafter
+from hyflash.models.target import Target
+
 DRAFTER_MODES = ("none", "int8", "int4")
 TARGET_MODES = ("none", "int4")
 GROUP = 32  # int4 group size (weights are quantized in groups of 32 input channels)
@@ -130,8 +133,6 @@ def quantize_vocab_module(module: nn.Module, mode: str) -> None:
 
     import torch
 
-    from hyflash.models.drafter import Drafter
-    from hyflash.models.target import Target
 
     tables = set()  # ids of the vocabulary modules
     for m in module.modules():

@@ -143,7 +143,7 @@ def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: st
         if qe != "none":  # a .pte's projections are XNNPACK's packed linears
             table_b = TABLE_BYTES[qe]
             head_b = table_b if fmt == "onnx" else LINEAR_BYTES["pte", qe]
-        else:  # int4 keeps the LM head fp32; a drafter in int8 quantizes the head it scores (its own copy)
+        else:  # int4 keeps the LM head fp32; an ONNX drafter in int8 quantizes the head it scores (its own copy)
             table_b, head_b = 4, 4
         if model == "target":
             if fmt == "onnx":
@@ -153,8 +153,7 @@ def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: st
         own = own_head * head_b + m_table * markov_b
         if fmt == "onnx":  # quantized tables are shared with the target's; an fp32 head is the table transposed
             return own + (0 if qe != "none" or own_head else table * LINEAR_BYTES["onnx", "int8" if qd == "int8" else "none"])
-        head = head_b if not (qd == "int8" and qe == "none") else LINEAR_BYTES["pte", "int8"]
-        return own + table * table_b + (0 if own_head else table * head)
+        return own + table * table_b + (0 if own_head else table * head_b)  # int8 leaves F.linear's head fp32
 
     out = {}
     for fmt in ("onnx", "pte"):

@@ -262,6 +262,8 @@ def _label(manifest: dict) -> str:
         label += f"-{q['drafter']}"
     if q["target"] != "none":
         label += f"-target-{q['target']}"
+    if q.get("embeddings", "none") != "none":
+        label += f"-embeddings-{q['embeddings']}"
     return label
 
 

@@ -78,6 +78,8 @@ def main() -> None:
     previous = json.loads(result.read_text()) if result.is_file() else {}
     report = {"preset": a.preset, "geometry": PRESETS[a.preset], "recipe": RECIPE, "max_context": a.max_context}
     if a.reuse_export:
+        if "export" not in previous or not (export / "manifest.json").is_file():
+            sys.exit(f"--reuse-export: no earlier export and results for {name} ({result}); run without it first")
         report["export"] = previous["export"]
     else:
         start = time.perf_counter()

@@ -193,3 +193,42 @@ def test_quantized_embeddings_speculative_equals_target_only(int4_embeddings, ba
                                                                           draft=draft)) for t in new]
            for draft in ("model", "none")}
     assert out["model"] == out["none"]
+
+
+def test_quantized_embeddings_are_judged_against_fp32(int4_embeddings):
+    """validate compares the quantized tables' graphs with fp32: wrong scales or packing would not agree."""
+    rows = summarize(validate(int4_embeddings, min_agreement=0.5))
+    agreement = {(r.graph, r.output, r.backend): r for r in rows if r.kind == "agreement"}
+    for backend in ("onnxruntime", "executorch"):
+        for graph, output in (("draft_read", "draft_tokens"), ("target_verify", "argmax(logits)")):
+            r = agreement[graph, output, backend]
+            assert r.ok and r.count > 0, (graph, backend, r.max_diff)
+
+
+def test_int8_embeddings_with_an_int8_drafter(qwen3_dir, tmp_path):
+    """int8 tables (8-bit GatherBlockQuantized / MatMulNBits) beside the drafter's dynamic int8: the drafter's
+    head is still the target's table, stored once; the loop is exact and agrees with fp32."""
+    out = _export(qwen3_dir, tmp_path / "int8", "int8", embeddings="int8")
+    bits, ranges = set(), {}
+    for graph in ("target_decode", "draft_read"):
+        proto = onnx.load(out / "onnx" / f"{graph}.onnx", load_external_data=False)
+        inits = {t.name: t for t in proto.graph.initializer}
+        where = lambda name: tuple(int({e.key: e.value for e in inits[name].external_data}[k]) for k in ("offset", "length"))
+        for node in proto.graph.node:
+            a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+            if node.op_type == "MatMulNBits" and a["N"] == 96:
+                bits.add(a["bits"])
+                ranges.setdefault(graph, set()).add(where(node.input[1]))
+            elif node.op_type == "GatherBlockQuantized":
+                bits.add(a["bits"])
+    assert bits == {8}
+    assert ranges["target_decode"] <= ranges["draft_read"]  # the drafter scores with the target's int8 table
+    assert _ops(out, "draft_read").get("MatMulInteger", 0) > 0  # and its layers are dynamic int8
+    rows = summarize(validate(out, min_agreement=0.5))
+    assert all(r.ok for r in rows)
+    runtime = Runtime(out)
+    prompt = np.random.default_rng(3).integers(3, 96, 17).tolist()
+    out_tokens = {draft: [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=30, ignore_eos=True,
+                                                                                 draft=draft)) for t in new]
+                  for draft in ("model", "none")}
+    assert out_tokens["model"] == out_tokens["none"]
