@@ -19,6 +19,8 @@ onnxruntime and ExecuTorch are imported only when their backend is opened.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import tempfile
 import threading
@@ -148,31 +150,32 @@ class PteBackend(Backend):
     host_cache = False
 
     def __init__(self, folder: Path, contract: Contract, threads: int | None = None):
-        from executorch.runtime import Runtime
+        with _StderrFilter(), _quiet_loggers("torchao", "torch.utils._pytree"):  # load-time notices
+            from executorch.runtime import Runtime
 
-        if contract.cache["pte"]["kernels"]:
-            # the target's cache kernels (llama::update_cache, llama::custom_sdpa) for the Python runtime
-            from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
-        if contract.manifest["quantization"].get("pte_kernels"):
-            load_quantized_kernels()
-        self.contract = contract
-        runtime = Runtime.get()
-        programs, self.methods = {}, {}
-        for g, spec in contract.graphs.items():
-            pte = spec.get("pte")
-            if not pte:
-                continue
-            if pte["file"] not in programs:
-                programs[pte["file"]] = runtime.load_program(str(folder / pte["file"]))
-            meta = programs[pte["file"]].metadata(pte["method"])
-            declared = _declared_io(contract, g, onnx_cache=False)
-            for kind, n, tensor in (("inputs", meta.num_inputs(), meta.input_tensor_meta),
-                                    ("outputs", meta.num_outputs(), meta.output_tensor_meta)):
-                metas = [tensor(i) for i in range(n)]
-                check_io(f"{folder / pte['file']} method {pte['method']}", kind, declared[kind],
-                         [(None, PTE_TYPES.get(int(t.dtype()), t.dtype()), list(t.sizes())) for t in metas])
-            # one Program: the target's methods share its mutable buffers (the cache)
-            self.methods[g] = programs[pte["file"]].load_method(pte["method"])
+            if contract.cache["pte"]["kernels"]:
+                # the target's cache kernels (llama::update_cache, llama::custom_sdpa) for the Python runtime
+                from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
+            if contract.manifest["quantization"].get("pte_kernels"):
+                load_quantized_kernels()
+            runtime = Runtime.get()
+            self.contract = contract
+            programs, self.methods = {}, {}
+            for g, spec in contract.graphs.items():
+                pte = spec.get("pte")
+                if not pte:
+                    continue
+                if pte["file"] not in programs:
+                    programs[pte["file"]] = runtime.load_program(str(folder / pte["file"]))
+                meta = programs[pte["file"]].metadata(pte["method"])
+                declared = _declared_io(contract, g, onnx_cache=False)
+                for kind, n, tensor in (("inputs", meta.num_inputs(), meta.input_tensor_meta),
+                                        ("outputs", meta.num_outputs(), meta.output_tensor_meta)):
+                    metas = [tensor(i) for i in range(n)]
+                    check_io(f"{folder / pte['file']} method {pte['method']}", kind, declared[kind],
+                             [(None, PTE_TYPES.get(int(t.dtype()), t.dtype()), list(t.sizes())) for t in metas])
+                # one Program: the target's methods share its mutable buffers (the cache)
+                self.methods[g] = programs[pte["file"]].load_method(pte["method"])
         if not self.methods:
             raise ValueError(f"{folder}: this export has no .pte programs; use --backend onnxruntime")
         self._programs = programs  # methods need their program alive
@@ -199,12 +202,28 @@ class PteBackend(Backend):
         return Call(inputs, outputs, run)
 
 
+@contextlib.contextmanager
+def _quiet_loggers(*names: str):
+    """Libraries' INFO/WARNING log lines (torchao's optional CUDA extensions, torch's pytree notices, printed
+    when ExecuTorch's Python runtime is imported) held back for the duration; errors still show."""
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 class _StderrFilter:
     """ExecuTorch's Python runtime gives kernels no temp allocator, so `llama::custom_sdpa` logs
-    "No temp allocator provided" on every call (then allocates for itself; results are exact).
+    "No temp allocator provided" on every call (then allocates for itself; results are exact), and its
+    CPU probe logs what it reads when the runtime starts ("[cpuinfo_utils.cpp:...]").
     File descriptor 2 goes to a scratch file during the call; any other line is passed on."""
 
-    NOISE = b"No temp allocator provided"
+    NOISE = (b"No temp allocator provided", b"[cpuinfo_utils.cpp:")
     # fd 2 is the process's: runtimes in several threads swap it once, under one lock, for all of them
     _lock = threading.Lock()
     _users = 0
@@ -234,7 +253,7 @@ class _StderrFilter:
             if size:
                 cls._scratch.seek(0)
                 for line in cls._scratch.read(size).splitlines(keepends=True):
-                    if self.NOISE not in line:
+                    if not any(noise in line for noise in self.NOISE):
                         os.write(2, line)
 
 

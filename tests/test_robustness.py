@@ -178,6 +178,16 @@ def test_two_processes_generate_from_one_export(both_formats):
     assert tokens[0] == tokens[1] and len(tokens[0]) == 24
 
 
+def test_bad_input_on_executorch_is_one_line(both_formats):
+    """The console's stderr, file descriptor 2 included: the libraries' load-time notices (torchao's optional
+    extensions, ExecuTorch's CPU probe) do not come before the one-line error."""
+    out = subprocess.run([sys.executable, "-m", "hyflash.cli", "generate", str(both_formats), "--backend",
+                          "executorch", "--prompt-ids", "1,2,999999"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["hyflash generate: error: token id 999999 is outside the vocabulary "
+                                               "(0..95)"], out.stderr
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=st.lists(st.integers(0, 95), min_size=1, max_size=60), temperature=st.sampled_from([0.0, 0.7]),
        seed=st.integers(0, 2**16))
