@@ -195,6 +195,7 @@ def test_quantized_embeddings_speculative_equals_target_only(int4_embeddings, ba
     assert out["model"] == out["none"]
 
 
+@pytest.mark.slow  # suite time: validate runs the eager models and both backends
 def test_quantized_embeddings_are_judged_against_fp32(int4_embeddings):
     """validate compares the quantized tables' graphs with fp32: wrong scales or packing would not agree."""
     rows = summarize(validate(int4_embeddings, min_agreement=0.5))
@@ -205,6 +206,7 @@ def test_quantized_embeddings_are_judged_against_fp32(int4_embeddings):
             assert r.ok and r.count > 0, (graph, backend, r.max_diff)
 
 
+@pytest.mark.slow  # suite time: validate runs the eager models and both backends
 def test_int8_embeddings_with_an_int8_drafter(qwen3_dir, tmp_path):
     """int8 tables (8-bit GatherBlockQuantized / MatMulNBits) beside the drafter's dynamic int8: the drafter's
     head is still the target's table, stored once; the loop is exact and agrees with fp32."""
