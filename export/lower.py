@@ -6,7 +6,6 @@ Export workarounds live here, each with the problem it avoids.
 from __future__ import annotations
 
 import hashlib
-import logging
 import warnings
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import torch
 
 from hyflash.export.graphs import GraphSpec, example_inputs, graph_module, onnx_cache_specs
 from hyflash.export.onnx_ops import TRANSLATIONS
+from hyflash.quiet import quiet_loggers
 
 ALIGN = 64  # external-data offsets aligned so onnxruntime can mmap tensors
 
@@ -26,7 +26,7 @@ def export_onnx_proto(spec: GraphSpec, target, drafter, max_context: int):
     """
     module = graph_module(spec, target, drafter, "onnx")
     past, present = onnx_cache_specs(target, max_context) if spec.model == "target" else ((), ())
-    with warnings.catch_warnings(), _quiet("torch.onnx"):
+    with warnings.catch_warnings(), quiet_loggers("torch.onnx"):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(module, example_inputs(spec, past), dynamo=True, verbose=False,
                                     input_names=[t.name for t in (*spec.inputs, *past)],
@@ -104,7 +104,7 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             programs[spec.name] = torch.export.export(module, example_inputs(spec), strict=False)
-    with _quiet("executorch"), warnings.catch_warnings():
+    with quiet_loggers("executorch"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # Inputs are not memory-planned: by default ExecuTorch copies every planned input into its
         # arena on each call; unplanned inputs are read where the caller keeps them.
@@ -115,17 +115,3 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context:
             do_quant_fusion_and_const_prop=fuse_quantized)
         program = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch(config)
     path.write_bytes(program.buffer)
-
-
-class _quiet:
-    """Silence a library's INFO/WARNING logging for the duration (the progress bar is ours)."""
-
-    def __init__(self, name: str):
-        self.logger = logging.getLogger(name)
-
-    def __enter__(self):
-        self.level = self.logger.level
-        self.logger.setLevel(logging.ERROR)
-
-    def __exit__(self, *exc):
-        self.logger.setLevel(self.level)

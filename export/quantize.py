@@ -70,14 +70,25 @@ def quantize_onnx(proto, mode: str, vocab_weight=None):
     raise ValueError(f"unknown quantization {mode!r}")
 
 
-def vocab_projections(proto, weight) -> list[str]:
-    """Names of the MatMul nodes whose constant weight is `weight` (same shape, same values)."""
+def vocab_projections(proto, *weights) -> list[str]:
+    """Names of the MatMul nodes whose constant weight is one of `weights` (same shape, same values)."""
+    same = constants_equal_to(proto, weights)
+    return [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in same]
+
+
+def constants_equal_to(proto, arrays) -> dict:
+    """name -> initializer, for the graph's constants equal to one of `arrays` (same shape, same values)."""
     import numpy as np
     from onnx import numpy_helper
 
-    same = {t.name for t in proto.graph.initializer
-            if tuple(t.dims) == weight.shape and np.array_equal(numpy_helper.to_array(t), weight)}
-    return [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in same]
+    found = {}
+    for t in proto.graph.initializer:
+        same_shape = [a for a in arrays if a.shape == tuple(t.dims)]
+        if same_shape:
+            w = numpy_helper.to_array(t)
+            if any(np.array_equal(w, a) for a in same_shape):
+                found[t.name] = t
+    return found
 
 
 def rotations(proto) -> list[str]:
@@ -133,7 +144,6 @@ def quantize_vocab_module(module: nn.Module, mode: str) -> None:
 
     import torch
 
-
     tables = set()  # ids of the vocabulary modules
     for m in module.modules():
         if isinstance(m, Drafter):
@@ -180,24 +190,15 @@ def quantize_vocab_onnx(proto, mode: str, tables: list):
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     bits = BITS[mode]
-    lookups = {_fingerprint(t) for t in tables}
-    projections = {_fingerprint(t.T) for t in tables}
-    _fold_transposes(proto, lookups)
-
-    def initializers(kinds):  # name -> initializer, for the 2-D constants whose values are in `kinds`
-        shapes = {shape for shape, _ in kinds}
-        return {t.name: t for t in proto.graph.initializer
-                if tuple(t.dims) in shapes and _fingerprint(numpy_helper.to_array(t)) in kinds}
-
-    heads = initializers(projections)
-    names = {n.name for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in heads}
+    _fold_transposes(proto, tables)
+    names = set(vocab_projections(proto, *(t.T for t in tables)))
     if names:
         others = [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.name not in names]
         quantizer = MatMulNBitsQuantizer(proto, bits=bits, block_size=GROUP, is_symmetric=True, accuracy_level=ACCURACY,
                                          nodes_to_exclude=others)
         quantizer.process()
         proto = quantizer.model.model
-    tabs = initializers(lookups)
+    tabs = constants_equal_to(proto, tables)
     done: dict[str, tuple[str, str]] = {}
     for i, node in enumerate(proto.graph.node):
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
@@ -223,31 +224,19 @@ def quantize_vocab_onnx(proto, mode: str, tables: list):
     return proto
 
 
-def _fingerprint(array) -> tuple:
-    import hashlib
-
-    import numpy as np
-
-    a = np.ascontiguousarray(array, dtype=np.float32)
-    return a.shape, hashlib.sha256(a.tobytes()).hexdigest()
-
-
-def _fold_transposes(proto, tables: set) -> None:
+def _fold_transposes(proto, tables: list) -> None:
     """Transpose(table) of a constant vocabulary table (a tied LM head, a projection several nodes use)
     -> a constant of its own, so the MatMuls reading it see a constant weight to quantize."""
     from onnx import numpy_helper
 
-    inits = {t.name: t for t in proto.graph.initializer}
+    inits = constants_equal_to(proto, tables)
     folded = {}
     for node in list(proto.graph.node):
         t = inits.get(node.input[0]) if node.op_type == "Transpose" else None
         perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), [1, 0])
-        if t is None or tuple(t.dims) not in {shape for shape, _ in tables} or perm != [1, 0]:
+        if t is None or perm != [1, 0]:
             continue
-        array = numpy_helper.to_array(t)
-        if _fingerprint(array) not in tables:
-            continue
-        proto.graph.initializer.append(numpy_helper.from_array(array.T.copy(), f"{t.name}_T"))
+        proto.graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(t).T.copy(), f"{t.name}_T"))
         folded[node.output[0]] = f"{t.name}_T"
         proto.graph.node.remove(node)
     for node in proto.graph.node:

@@ -22,12 +22,16 @@ BUDGET = 12 * GIB
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
-def _counts(target_cfg: TargetConfig, drafter_overrides: dict) -> tuple[int, int, DrafterConfig]:
+def _meta_models(target_cfg: TargetConfig, drafter_overrides: dict) -> tuple[Target, Drafter]:
+    """Both models on the meta device: shapes and parameter counts, no memory."""
     with torch.device("meta"):
         target = Target(target_cfg)
-        dcfg = DrafterConfig.for_target(target, **drafter_overrides)
-        drafter = Drafter.for_target(target, dcfg)
-    return (sum(p.numel() for p in target.parameters()), sum(p.numel() for p in drafter.parameters()), dcfg)
+        return target, Drafter.for_target(target, DrafterConfig.for_target(target, **drafter_overrides))
+
+
+def _counts(target_cfg: TargetConfig, drafter_overrides: dict) -> tuple[int, int, DrafterConfig]:
+    target, drafter = _meta_models(target_cfg, drafter_overrides)
+    return (sum(p.numel() for p in target.parameters()), sum(p.numel() for p in drafter.parameters()), drafter.cfg)
 
 
 def budget(target_cfg: TargetConfig, context: int, drafter_overrides: dict, kv_dtype: str = "bf16",
@@ -119,9 +123,7 @@ def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: st
     (a few hundred KiB) is not counted."""
     from torch import nn
 
-    with torch.device("meta"):
-        target = Target(target_cfg)
-        drafter = Drafter.for_target(target, DrafterConfig.for_target(target, **drafter_overrides))
+    target, drafter = _meta_models(target_cfg, drafter_overrides)
     v, h = target_cfg.vocab_size, target_cfg.hidden_size
     table = v * h
     markov = [drafter.markov_in, drafter.markov_out] if drafter.cfg.markov_rank else []

@@ -19,8 +19,6 @@ onnxruntime and ExecuTorch are imported only when their backend is opened.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import tempfile
 import threading
@@ -29,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from hyflash.quiet import quiet_loggers
 from hyflash.runtime_py.manifest import ArtifactError, Contract
 from hyflash.runtime_py.state import TargetCache
 
@@ -150,7 +149,9 @@ class PteBackend(Backend):
     host_cache = False
 
     def __init__(self, folder: Path, contract: Contract, threads: int | None = None):
-        with _StderrFilter(), _quiet_loggers("torchao", "torch.utils._pytree"):  # load-time notices
+        self.contract = contract
+        # import-time notices (torchao's optional CUDA extensions, torch's pytree), ExecuTorch's CPU probe
+        with _StderrFilter(), quiet_loggers("torchao", "torch.utils._pytree"):
             from executorch.runtime import Runtime
 
             if contract.cache["pte"]["kernels"]:
@@ -159,7 +160,6 @@ class PteBackend(Backend):
             if contract.manifest["quantization"].get("pte_kernels"):
                 load_quantized_kernels()
             runtime = Runtime.get()
-            self.contract = contract
             programs, self.methods = {}, {}
             for g, spec in contract.graphs.items():
                 pte = spec.get("pte")
@@ -200,21 +200,6 @@ class PteBackend(Backend):
                 np.copyto(dst, src.numpy())
 
         return Call(inputs, outputs, run)
-
-
-@contextlib.contextmanager
-def _quiet_loggers(*names: str):
-    """Libraries' INFO/WARNING log lines (torchao's optional CUDA extensions, torch's pytree notices, printed
-    when ExecuTorch's Python runtime is imported) held back for the duration; errors still show."""
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
 
 
 class _StderrFilter:

@@ -153,6 +153,21 @@ def test_agreement_needs_room(qwen3_dir, tmp_path, capsys):
     assert "max_context 32 leaves too few tokens to measure quantized agreement" in capsys.readouterr().err
 
 
+def _table_nodes(proto, vocab: int) -> list[tuple[str, int, tuple[int, int]]]:
+    """(role, bits, (offset, length) of the table's bytes in model.weights) of each quantized vocabulary node:
+    "head" for a MatMulNBits with N = vocab, "lookup" for a GatherBlockQuantized."""
+    inits = {t.name: t for t in proto.graph.initializer}
+    where = lambda name: tuple(int({e.key: e.value for e in inits[name].external_data}[k]) for k in ("offset", "length"))
+    found = []
+    for node in proto.graph.node:
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        if node.op_type == "MatMulNBits" and a["N"] == vocab:
+            found.append(("head", a["bits"], where(node.input[1])))
+        elif node.op_type == "GatherBlockQuantized":
+            found.append(("lookup", a["bits"], where(node.input[0])))
+    return found
+
+
 def test_quantized_embeddings_are_stored_once(int4_embeddings, qwen3_dir):
     """Every vocabulary table is int4 (lookups GatherBlockQuantized, projections MatMulNBits), and the tied
     table is ONE range of the weights file: the target's lookup and LM head and the drafter's view of both."""
@@ -166,15 +181,9 @@ def test_quantized_embeddings_are_stored_once(int4_embeddings, qwen3_dir):
             if t.data_type == onnx.TensorProto.FLOAT and list(t.dims) in ([vocab, 64], [64, vocab]):
                 w = onnx.numpy_helper.to_array(t, base_dir=str(int4_embeddings / "onnx"))
                 assert not (np.array_equal(w, table) or np.array_equal(w, table.T)), (graph, t.name)
-        where = lambda name: tuple(int({e.key: e.value for e in inits[name].external_data}[k]) for k in ("offset", "length"))
-        for node in proto.graph.node:
-            a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-            if node.op_type == "MatMulNBits" and a["N"] == vocab:
-                assert a["bits"] == 4
-                ranges.setdefault((graph, "head"), set()).add(where(node.input[1]))
-            if node.op_type == "GatherBlockQuantized":
-                assert a["bits"] == 4
-                ranges.setdefault((graph, "lookup"), set()).add(where(node.input[0]))
+        for role, bits, where in _table_nodes(proto, vocab):
+            assert bits == 4
+            ranges.setdefault((graph, role), set()).add(where)
     (table_range,) = ranges["target_decode", "lookup"]  # tied: the lookup and the LM head are one range ...
     for graph in ("target_prefill", "target_verify", "target_decode"):
         assert ranges[graph, "lookup"] == ranges[graph, "head"] == {table_range}, graph
@@ -213,16 +222,10 @@ def test_int8_embeddings_with_an_int8_drafter(qwen3_dir, tmp_path):
     out = _export(qwen3_dir, tmp_path / "int8", "int8", embeddings="int8")
     bits, ranges = set(), {}
     for graph in ("target_decode", "draft_read"):
-        proto = onnx.load(out / "onnx" / f"{graph}.onnx", load_external_data=False)
-        inits = {t.name: t for t in proto.graph.initializer}
-        where = lambda name: tuple(int({e.key: e.value for e in inits[name].external_data}[k]) for k in ("offset", "length"))
-        for node in proto.graph.node:
-            a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-            if node.op_type == "MatMulNBits" and a["N"] == 96:
-                bits.add(a["bits"])
-                ranges.setdefault(graph, set()).add(where(node.input[1]))
-            elif node.op_type == "GatherBlockQuantized":
-                bits.add(a["bits"])
+        for role, b, where in _table_nodes(onnx.load(out / "onnx" / f"{graph}.onnx", load_external_data=False), 96):
+            bits.add(b)
+            if role == "head":
+                ranges.setdefault(graph, set()).add(where)
     assert bits == {8}
     assert ranges["target_decode"] <= ranges["draft_read"]  # the drafter scores with the target's int8 table
     assert _ops(out, "draft_read").get("MatMulInteger", 0) > 0  # and its layers are dynamic int8
