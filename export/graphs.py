@@ -8,8 +8,8 @@ The target's graphs keep their K/V cache in place, in each format's own way:
 - ONNX: per-layer `past_key.{i}` / `past_value.{i}` inputs `[1, kvh, T, hd]` and `present_*`
   outputs that the runtime binds to the same buffers; attention is onnxruntime's
   GroupQueryAttention, whose cost follows the committed length, not T.
-- ExecuTorch: per-layer mutable buffers `[1, T, kvh, hd]` of `target.pte`, shared by its three
-  methods, written by `llama::update_cache` and read by `llama::custom_sdpa` (causal, so rows
+- ExecuTorch: per-layer mutable buffers `[1, T, kvh, hd]` of `model.pte`, shared by its three
+  target methods, written by `llama::update_cache` and read by `llama::custom_sdpa` (causal, so rows
   past the block are never read).
 Both take only `tokens` and `positions`; the block starts at `positions[0]`.
 """
@@ -24,8 +24,8 @@ from torch import nn
 from hyflash.models.drafter import Drafter
 from hyflash.models.kv_attention import cache_attention
 from hyflash.models.target import Target
-from hyflash.runtime_py.manifest import (PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, PTE_KERNELS, VERIFY_ROWS,
-                                         cache_names)
+from hyflash.runtime_py.manifest import (PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, PTE_FILE, PTE_KERNELS,
+                                         VERIFY_ROWS, cache_names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +124,7 @@ def cache_spec(target: Target, max_context: int) -> dict:
                      "binding": "bind present_* to the very buffer given as past_* (IOBinding): rows written in place"},
             "pte": {"buffers": ["k_cache_{layer}", "v_cache_{layer}"],
                     "shape": [1, max_context, c.num_kv_heads, c.head_dim], "layout": "BSNH",
-                    "where": "mutable buffers of target.pte, shared by its three methods "
+                    "where": f"mutable buffers of {PTE_FILE}, shared by its three target methods "
                              "(load all three from one Program)",
                     "kernels": list(PTE_KERNELS)}}
 

@@ -80,11 +80,14 @@ class OnnxWeights:
 
 def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context: int, quantize=None,
                fuse_quantized: bool = False) -> None:
-    """Several graphs -> one .pte whose methods are the graphs, lowered to XNNPACK.
+    """Graphs -> one .pte whose methods are the graphs, lowered to XNNPACK. quantize(module, model) -> the
+    module to trace ("target" or "drafter").
 
     The target's methods are traced from ONE module, so their cache buffers have the same names
-    and `share_mutable_buffers` gives the three methods one cache. fuse_quantized: torchao's quantized
-    embeddings become ExecuTorch's quantized embedding kernels (quant fusion).
+    and `share_mutable_buffers` gives the three methods one cache. One program for both models: ExecuTorch
+    stores each constant and each XNNPACK weight once per program (by content), so the drafter's view of
+    the target's embedding and LM head costs nothing. fuse_quantized: torchao's quantized embeddings become
+    ExecuTorch's quantized embedding kernels (quant fusion).
     """
     # registers llama::update_cache / llama::custom_sdpa (the target's cache kernels) with torch
     from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
@@ -92,15 +95,15 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context:
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
-    quantize = quantize or (lambda m: m)  # a quantizer returns a copy: the eager models stay fp32
+    quantize = quantize or (lambda m, _: m)  # a quantizer returns a copy: the eager models stay fp32
     programs = {}
     target_module = None
     for spec in specs:
         if spec.model == "target":
-            target_module = target_module or quantize(graph_module(spec, target, drafter, "pte", max_context))
+            target_module = target_module or quantize(graph_module(spec, target, drafter, "pte", max_context), "target")
             module = target_module
         else:
-            module = quantize(graph_module(spec, target, drafter))
+            module = quantize(graph_module(spec, target, drafter), "drafter")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             programs[spec.name] = torch.export.export(module, example_inputs(spec), strict=False)

@@ -28,7 +28,8 @@ from hyflash.models.generation import TALK_FILES, end_of_text_ids, generation_co
 from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
                                     target_info, weight_files)
 from hyflash.models.target import Target
-from hyflash.runtime_py.manifest import FORMAT_VERSION, QUANTIZED_EMBEDDING_KERNELS, VERIFY_ROWS, file_hashes, seal
+from hyflash.runtime_py.manifest import (FORMAT_VERSION, PTE_FILE, QUANTIZED_EMBEDDING_KERNELS, VERIFY_ROWS, file_hashes,
+                                         seal)
 from hyflash.train.loop import replace_folder
 
 FORMATS = ("onnx", "pte")
@@ -122,7 +123,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         if "onnx" in cfg.formats:
             steps += [(f"onnx {name}", name) for name in specs]
         if "pte" in cfg.formats:
-            steps += [("drafter.pte", "drafter"), ("target.pte", "target")]
+            steps += [(PTE_FILE, "pte")]
         bar = tqdm(steps, desc="export", disable=not progress, file=sys.stderr, dynamic_ncols=True)
         graphs = {name: {"model": s.model, "inputs": [t.to_json() for t in s.inputs],
                          "outputs": [t.to_json() for t in s.outputs]} for name, s in specs.items()}
@@ -141,14 +142,12 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                 proto = quantize_onnx(proto, cfg.mode(specs[key].model), vocab_weight=vocab_weight)
                 graphs[key]["onnx"] = weights.save(key, proto)
                 del proto  # one graph in memory at a time
-            else:
-                group = [s for s in specs.values() if s.model == key]
-                mode = cfg.mode(key)
-                export_pte(group, target, drafter, tmp / f"{key}.pte", max_context,
-                           quantize=lambda m: quantize_module(m, mode, cfg.quantize_embeddings),
+            else:  # one program: the drafter's view of the target's tables is the same bytes, stored once
+                export_pte(list(specs.values()), target, drafter, tmp / PTE_FILE, max_context,
+                           quantize=lambda m, model: quantize_module(m, cfg.mode(model), cfg.quantize_embeddings),
                            fuse_quantized=cfg.quantize_embeddings != "none")
-                for s in group:
-                    graphs[s.name]["pte"] = {"file": f"{key}.pte", "method": s.name}
+                for s in specs.values():
+                    graphs[s.name]["pte"] = {"file": PTE_FILE, "method": s.name}
         if weights is not None:
             weights.close()
         generation = _talk_files(target_dir, tmp)

@@ -119,7 +119,8 @@ def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: st
     """Estimated bytes of an export's weights, per format, before anything is exported: parameters counted
     on the meta device, priced by how `hyflash export` stores them. ONNX: one weights file (a tied table
     stored once; quantized, the drafter's view of it too, while in fp32 the drafter's head is the table
-    transposed). `.pte`: each program holds its own embedding and its own packed LM head. Graph structure
+    transposed). `.pte`: one program, each table stored once as a lookup and once as packed projection
+    weights; the drafter's view of them is the target's. Graph structure
     (a few hundred KiB) is not counted."""
     from torch import nn
 
@@ -155,7 +156,7 @@ def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: st
         own = own_head * head_b + m_table * markov_b
         if fmt == "onnx":  # quantized tables are shared with the target's; an fp32 head is the table transposed
             return own + (0 if qe != "none" or own_head else table * LINEAR_BYTES["onnx", "int8" if qd == "int8" else "none"])
-        return own + table * table_b + (0 if own_head else table * head_b)  # int8 leaves F.linear's head fp32
+        return own  # one program: its view of the target's tables is the target's bytes, stored once
 
     out = {}
     for fmt in ("onnx", "pte"):

@@ -10,7 +10,7 @@ reads `call.outputs[...]`. Nothing is allocated per call where the runtime allow
 - ExecuTorch: inputs are `torch.from_numpy` views made once (the programs are exported with
   unplanned inputs, so the method reads them where they are); the Python runtime copies each
   output out of its arena on every call, and `run` copies it again into the bound array (its API
-  cannot write into a caller's buffer). The target's cache lives in `target.pte`'s mutable buffers.
+  cannot write into a caller's buffer). The target's cache lives in `model.pte`'s mutable buffers.
 - eager (`eager.py`): the models' own run-time functions (`Target.step`, `Drafter.draft_read`,
   ...) on `torch.from_numpy` views; the reference the exported graphs are checked against.
 

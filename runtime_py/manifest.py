@@ -22,8 +22,9 @@ TARGET_GRAPHS = ("target_prefill", "target_verify", "target_decode")
 STATE_NAMES = ("win_k", "win_v", "win_pos", "ssm_state", "conv_state")  # the drafter's context, as I/O
 PAST_KEY, PAST_VALUE = "past_key.{layer}", "past_value.{layer}"  # ONNX target graphs: cache inputs ...
 PRESENT_KEY, PRESENT_VALUE = "present_key.{layer}", "present_value.{layer}"  # ... bound to the same buffers
-PTE_KERNELS = ("llama::update_cache", "llama::custom_sdpa")  # target.pte needs these beyond stock XNNPACK
-# --quantize-embeddings: both .pte programs also need ExecuTorch's quantized kernels library for these
+PTE_FILE = "model.pte"  # the one ExecuTorch program: target and drafter methods, shared tables stored once
+PTE_KERNELS = ("llama::update_cache", "llama::custom_sdpa")  # the target methods need these beyond stock XNNPACK
+# --quantize-embeddings: the program also needs ExecuTorch's quantized kernels library for these
 QUANTIZED_EMBEDDING_KERNELS = {"none": (), "int8": ("quantized_decomposed::embedding_byte",),
                                "int4": ("quantized_decomposed::embedding_4bit",)}
 REQUIRED = ("format_version", "graphs", "files", "target", "drafter", "block", "window", "max_context",

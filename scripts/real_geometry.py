@@ -44,10 +44,9 @@ def run_json(args: list[str]) -> dict:
 
 
 def sizes(files: dict[str, int]) -> dict[str, int]:
-    """Bytes by format: the ONNX folder (graphs + weights) and the two .pte programs, target and drafter."""
+    """Bytes by format: the ONNX folder (graphs + weights) and the .pte program (target and drafter in one)."""
     onnx = sum(n for f, n in files.items() if f.startswith("onnx/"))
-    return {"onnx": onnx, "pte": sum(n for f, n in files.items() if f.endswith(".pte")),
-            "target.pte": files.get("target.pte", 0), "drafter.pte": files.get("drafter.pte", 0)}
+    return {"onnx": onnx, "pte": sum(n for f, n in files.items() if f.endswith(".pte"))}
 
 
 def loop_speedup(ms: dict, tau: float) -> float:
@@ -110,8 +109,7 @@ def table(r: dict) -> str:
     mib = lambda n: f"{n / 2**20:,.0f} MiB"
     e = r["export"]
     lines = [f"{r['preset']}: export {e['wall_s'] / 60:.1f} min, peak RSS {e['peak_rss_bytes'] / 2**30:.1f} GiB; "
-             f"ONNX {mib(e['bytes_by_format']['onnx'])}, .pte {mib(e['bytes_by_format']['pte'])} "
-             f"(target {mib(e['bytes_by_format']['target.pte'])}, drafter {mib(e['bytes_by_format']['drafter.pte'])})"]
+             f"ONNX {mib(e['bytes_by_format']['onnx'])}, .pte {mib(e['bytes_by_format']['pte'])}"]
     if "profile" in r:
         lines.append("| backend, committed | decode ms | verify ms | draft_read ms | drafter ms a round | drafter share "
                      f"| speedup at tau {r['tau']['paper']:.2f} | at tau {r['tau']['embedded_pair']:.2f} |")

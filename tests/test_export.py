@@ -13,7 +13,8 @@ from hyflash.cli import main
 from hyflash.export.validate import summarize, validate
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import load_target, save_drafter, target_info
-from hyflash.runtime_py.manifest import ArtifactError, Contract, load_manifest, seal, sha256
+from hyflash.runtime_py.manifest import (DRAFTER_GRAPHS, PTE_FILE, TARGET_GRAPHS, ArtifactError, Contract, load_manifest,
+                                         seal, sha256)
 
 from conftest import CONTEXT, export_folder as _export
 
@@ -89,13 +90,20 @@ def test_manifest_and_graph_contracts(both_formats):
     assert drafter_tables and drafter_tables <= vocab_tables("target_verify") | vocab_tables("target_decode")
 
 
-def test_pte_programs_load_with_their_methods(both_formats):
+def test_pte_program_holds_both_models_and_each_table_once(both_formats, qwen3_dir):
+    """One program with all six methods. The drafter's view of the target's (tied) embedding and LM head
+    is the target's bytes, so the program stores the table twice in all (as the lookup's constant and as
+    XNNPACK's projection weights), not twice per model."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch.runtime import Runtime
 
-    runtime = Runtime.get()
-    methods = {f: set(runtime.load_program(str(both_formats / f)).method_names) for f in ("drafter.pte", "target.pte")}
-    assert methods == {"drafter.pte": {"draft_read", "state_commit", "window_shift"},
-                       "target.pte": {"target_prefill", "target_verify", "target_decode"}}
+    path = both_formats / PTE_FILE
+    assert Runtime.get().load_program(str(path)).method_names == {*TARGET_GRAPHS, *DRAFTER_GRAPHS}
+    pte = deserialize_pte_binary(path.read_bytes())
+    table = load_target(qwen3_dir).embed.weight.detach().float().numpy()
+    forms = (table.tobytes(), table.T.copy().tobytes())
+    stored = [bytes(b.storage) for b in pte.program.constant_buffer] + [bytes(b) for b in pte.named_data.buffers]
+    assert sum(b in forms for b in stored) == 2
 
 
 def test_validate_both_backends(both_formats):
@@ -153,7 +161,7 @@ def test_validate_fails_loudly_on_a_wrong_graph(onnx_exports, tmp_path, capsys):
     assert "target_decode" in failed and not failed & {"draft_read", "state_commit", "window_shift"}
 
 
-@pytest.mark.parametrize("rel", ["onnx/draft_read.onnx", "onnx/model.weights", "drafter.pte", "target.pte",
+@pytest.mark.parametrize("rel", ["onnx/draft_read.onnx", "onnx/model.weights", "model.pte",
                                  "drafter/model.safetensors", "tokenizer.json"])
 def test_flipped_byte_is_refused(both_formats, tmp_path, rel, capsys):
     copy = tmp_path / "copy"

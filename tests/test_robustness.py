@@ -233,7 +233,7 @@ def test_property_mutated_manifests(both_formats, tmp_path_factory, path, value)
         shutil.copy(both_formats / f, folder / f)
     for sub in ("onnx", "drafter"):
         os.symlink(both_formats / sub, folder / sub)
-    for f in ("drafter.pte", "target.pte", "tokenizer.json"):
+    for f in ("model.pte", "tokenizer.json"):
         os.symlink(both_formats / f, folder / f)
     m = json.loads((folder / "manifest.json").read_text())
     node = m

@@ -142,10 +142,10 @@ def _edit_manifest(folder):
 
 BAD = {
     "no folder": (lambda f, t: t / "nowhere", [1, 2], "not a folder"),
-    "drafter.pte changed": (lambda f, t: _tampered(f, t, lambda c: _flip_byte(c / "drafter.pte")), [1, 2],
-                            "does not match the manifest"),
-    "target.pte missing": (lambda f, t: _tampered(f, t, lambda c: (c / "target.pte").unlink()), [1, 2],
-                           "missing from the export"),
+    "model.pte changed": (lambda f, t: _tampered(f, t, lambda c: _flip_byte(c / "model.pte")), [1, 2],
+                          "does not match the manifest"),
+    "model.pte missing": (lambda f, t: _tampered(f, t, lambda c: (c / "model.pte").unlink()), [1, 2],
+                          "missing from the export"),
     "manifest edited": (lambda f, t: _tampered(f, t, _edit_manifest), [1, 2], "manifest_sha256"),
     "id outside the vocabulary": (lambda f, t: f, [5, 96], "outside the vocabulary (0..95)"),
     "prompt too long": (lambda f, t: f, list(range(88)), "usable context is 88"),

@@ -4,7 +4,7 @@
 //   llama::custom_sdpa.out(q, k, v, start_pos, ...)   causal attention of q [B, S, Hq, D] over the cache
 //                                                      rows 0..start_pos+i for query row i (GQA: query
 //                                                      head h reads KV head h / (Hq / Hkv)).
-// They implement the schemas of ExecuTorch's extension/llm/custom_ops (what target.pte calls; the
+// They implement the schemas of ExecuTorch's extension/llm/custom_ops (what the .pte's target methods call; the
 // manifest lists them under cache.pte.kernels), for the case the export emits: float32, no mask, causal.
 // Rows past start_pos + S are never read, so attention costs what the committed context costs.
 // Written for this project (the stock ExecuTorch libraries do not carry these kernels; see

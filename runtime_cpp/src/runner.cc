@@ -97,11 +97,13 @@ Runner::Runner(const std::string& folder) : m_(load_manifest(folder)) {
     if (m_.graph(g).pte_file.empty())
       throw ArtifactError(folder + ": this export has no .pte programs; export with --format pte (or both)");
   auto open = [&](const std::string& rel, bool share) {
-    // one Module per program: the target's three methods then share its mutable buffers (the cache)
+    // one Module per model, even over one file: the target's three methods share its mutable buffers (the
+    // cache) through shared arenas, and the drafter's methods must not run in those arenas (a call there
+    // overwrites the outputs the loop still reads); with Mmap the file is mapped, not read twice
     return std::make_unique<Module>((fs::path(folder) / rel).string(), Module::LoadMode::Mmap, nullptr, nullptr,
                                     nullptr, share);
   };
-  for (const auto& [name, spec] : m_.graphs) {  // one program per model
+  for (const auto& [name, spec] : m_.graphs) {  // each model's methods in one program
     const std::string& first = m_.graph(spec.model == "target" ? "target_verify" : "draft_read").pte_file;
     if (spec.pte_file != first)
       throw ArtifactError(folder + ": graph " + name + " is in '" + spec.pte_file + "', not in '" + first +
@@ -114,7 +116,7 @@ Runner::Runner(const std::string& folder) : m_(load_manifest(folder)) {
     Error e = module.load_method(spec.pte_method);
     if (e != Error::Ok) {
       std::string why = e == Error::OperatorMissing
-                            ? "a kernel it needs is not registered (target.pte needs llama::update_cache and "
+                            ? "a kernel it needs is not registered (the target methods need llama::update_cache and "
                               "llama::custom_sdpa, which this runner carries; see the log above)"
                             : error_name(e);
       throw ArtifactError(folder + "/" + spec.pte_file + ": method " + spec.pte_method + " does not load: " + why +

@@ -1,4 +1,4 @@
-// The speculative loop over target.pte and drafter.pte, as docs/design.md (section 5) states it and
+// The speculative loop over the .pte program's target and drafter methods, as docs/design.md (section 5) states it and
 // runtime_py/loop.py runs it: prefill in chunks, draft, verify, accept, commit rows 0..k.
 #pragma once
 
