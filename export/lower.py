@@ -5,7 +5,9 @@ Export workarounds live here, each with the problem it avoids.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -18,8 +20,9 @@ from hyflash.quiet import quiet_loggers
 ALIGN = 64  # external-data offsets aligned so onnxruntime can mmap tensors
 
 
-def export_onnx_proto(spec: GraphSpec, target, drafter, max_context: int):
-    """One graph -> an in-memory onnx.ModelProto with the spec's names and only static dims.
+def trace_onnx(spec: GraphSpec, target, drafter, max_context: int):
+    """One graph -> a torch.onnx program with the spec's names and only static dims; its initializers are
+    still the models' tensors (nothing copied yet).
 
     Target graphs get their per-layer cache inputs and outputs (`past_*` -> `present_*`) and
     `hyflash::cache_attention` becomes `com.microsoft.GroupQueryAttention`.
@@ -28,11 +31,33 @@ def export_onnx_proto(spec: GraphSpec, target, drafter, max_context: int):
     past, present = onnx_cache_specs(target, max_context) if spec.model == "target" else ((), ())
     with warnings.catch_warnings(), quiet_loggers("torch.onnx"):
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(module, example_inputs(spec, past), dynamo=True, verbose=False,
-                                    input_names=[t.name for t in (*spec.inputs, *past)],
-                                    output_names=[t.name for t in (*spec.outputs, *present)],
-                                    custom_translation_table=TRANSLATIONS)
-    return program.model_proto
+        return torch.onnx.export(module, example_inputs(spec, past), dynamo=True, verbose=False,
+                                 input_names=[t.name for t in (*spec.inputs, *past)],
+                                 output_names=[t.name for t in (*spec.outputs, *present)],
+                                 custom_translation_table=TRANSLATIONS)
+
+
+def export_onnx_proto(spec: GraphSpec, target, drafter, max_context: int):
+    """One graph -> an in-memory onnx.ModelProto (every weight inline: small models only)."""
+    return trace_onnx(spec, target, drafter, max_context).model_proto
+
+
+def export_onnx_graph(spec: GraphSpec, target, drafter, max_context: int, weights: "OnnxWeights", transform) -> str:
+    """One graph -> `weights`' folder, its weights never all in memory beside the models' own: the traced
+    initializers stream into a scratch file one at a time, `transform(proto)` (the quantization passes)
+    runs on a proto that refers to them there, reading a tensor when it needs it, and `weights.save` moves
+    what is left into the shared weights file. The passes run with the scratch folder as the current
+    directory: onnxruntime's quantizers read external tensors relative to it. -> relative path."""
+    import onnx
+    import onnx_ir as ir
+
+    program = trace_onnx(spec, target, drafter, max_context)
+    with tempfile.TemporaryDirectory(prefix=".scratch-", dir=weights.folder.parent) as scratch, \
+            contextlib.chdir(scratch):
+        # tensors of 1 KiB or more go to the file, as OnnxWeights stores them
+        ir.save(program.model, "graph.onnx", external_data="graph.data", size_threshold_bytes=1023)
+        del program
+        return weights.save(spec.name, transform(onnx.load("graph.onnx", load_external_data=False)))
 
 
 class OnnxWeights:
@@ -40,13 +65,14 @@ class OnnxWeights:
 
     Each initializer of 1 KiB or more is stored once, deduplicated by content: a target's weights are not
     written three times (its three graphs carry the same ones), and the drafter's view of the target's
-    embedding and LM head costs nothing. Each graph is written to disk as soon as it is added, so an
-    export holds one graph's proto in memory at a time.
+    embedding and LM head costs nothing. Each graph is written to disk as soon as it is added. A tensor
+    another file holds (external data relative to the current directory: export_onnx_graph's scratch
+    file) is read from there, one at a time.
     """
 
     def __init__(self, folder: Path, name: str = "model.weights"):
         folder.mkdir(parents=True, exist_ok=True)
-        self.folder, self.name = folder, name
+        self.folder, self.name = folder.resolve(), name  # absolute: graphs are saved from a scratch folder
         self.blob = open(folder / name, "wb")
         self.offsets: dict[str, tuple[int, int]] = {}
 
@@ -56,9 +82,10 @@ class OnnxWeights:
         from onnx.external_data_helper import set_external_data
 
         for tensor in proto.graph.initializer:
-            if tensor.data_location == TensorProto.EXTERNAL:
-                continue
-            if not tensor.HasField("raw_data"):
+            external = tensor.data_location == TensorProto.EXTERNAL
+            if external and {e.key: e.value for e in tensor.external_data}["location"] == self.name:
+                continue  # already here
+            if external or not tensor.HasField("raw_data"):
                 tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor), tensor.name))
             raw = tensor.raw_data
             if len(raw) < 1024:
@@ -97,13 +124,14 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context:
 
     quantize = quantize or (lambda m, _: m)  # a quantizer returns a copy: the eager models stay fp32
     programs = {}
-    target_module = None
+    target_module = quantized_drafter = None  # each model quantized once, its methods traced from it
     for spec in specs:
         if spec.model == "target":
             target_module = target_module or quantize(graph_module(spec, target, drafter, "pte", max_context), "target")
             module = target_module
         else:
-            module = quantize(graph_module(spec, target, drafter), "drafter")
+            quantized_drafter = quantized_drafter or quantize(drafter, "drafter")
+            module = graph_module(spec, target, quantized_drafter)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             programs[spec.name] = torch.export.export(module, example_inputs(spec), strict=False)

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from hyflash import __version__
 from hyflash.export.graphs import cache_spec, graph_specs
-from hyflash.export.lower import OnnxWeights, export_onnx_proto, export_pte
+from hyflash.export.lower import OnnxWeights, export_onnx_graph, export_pte
 from hyflash.export.quantize import (DRAFTER_MODES, EMBEDDING_MODES, TARGET_MODES, quantize_module, quantize_onnx,
                                      quantize_vocab_onnx)
 from hyflash.models.drafter import Drafter, DrafterConfig
@@ -129,7 +129,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                          "outputs": [t.to_json() for t in s.outputs]} for name, s in specs.items()}
         weights = OnnxWeights(tmp / "onnx") if "onnx" in cfg.formats else None
         vocab_weight = (target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 leaves it fp32
-                        if "int4" in (cfg.quantize, cfg.quantize_target) else None)
+                        if "int4" in (cfg.quantize, cfg.quantize_target) and cfg.quantize_embeddings == "none"
+                        else None)  # quantized tables are MatMulNBits before the int4 pass
         tables = vocabulary_tables(target, drafter) if cfg.quantize_embeddings != "none" else []
         for label, key in bar:
             bar.set_postfix_str(label)
@@ -137,14 +138,16 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                 save_drafter(drafter, tmp / "drafter", target_info(target), dtype=torch.float32)
             elif label.startswith("onnx "):
                 # the vocabulary tables first: the drafter's int8 pass would take its head as a MatMul of its own
-                proto = quantize_vocab_onnx(export_onnx_proto(specs[key], target, drafter, max_context),
-                                            cfg.quantize_embeddings, tables)
-                proto = quantize_onnx(proto, cfg.mode(specs[key].model), vocab_weight=vocab_weight)
-                graphs[key]["onnx"] = weights.save(key, proto)
-                del proto  # one graph in memory at a time
+                mode = cfg.mode(specs[key].model)
+                graphs[key]["onnx"] = export_onnx_graph(
+                    specs[key], target, drafter, max_context, weights,
+                    lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.quantize_embeddings, tables), mode,
+                                            vocab_weight=vocab_weight))
             else:  # one program: the drafter's view of the target's tables is the same bytes, stored once
                 export_pte(list(specs.values()), target, drafter, tmp / PTE_FILE, max_context,
-                           quantize=lambda m, model: quantize_module(m, cfg.mode(model), cfg.quantize_embeddings),
+                           # the target in place: the .pte is the last use of its fp32 weights
+                           quantize=lambda m, model: quantize_module(m, cfg.mode(model), cfg.quantize_embeddings,
+                                                                     in_place=model == "target"),
                            fuse_quantized=cfg.quantize_embeddings != "none")
                 for s in specs.values():
                     graphs[s.name]["pte"] = {"file": PTE_FILE, "method": s.name}

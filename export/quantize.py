@@ -44,8 +44,9 @@ ACCURACY = 4
 
 
 def quantize_onnx(proto, mode: str, vocab_weight=None):
-    """An in-memory onnx.ModelProto -> its quantized form (also in memory). vocab_weight: the
-    vocabulary projection's (hidden, vocab) weight as numpy, which int4 leaves fp32."""
+    """An onnx.ModelProto -> its quantized form. Its tensors may be external data relative to the current
+    directory (lower.export_onnx_graph); int4 reads them one at a time, int8 (drafters) loads them.
+    vocab_weight: the vocabulary projection's (hidden, vocab) weight as numpy, which int4 leaves fp32."""
     import onnx
 
     if mode == "none":
@@ -61,11 +62,13 @@ def quantize_onnx(proto, mode: str, vocab_weight=None):
     if mode == "int8":
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        with tempfile.TemporaryDirectory() as tmp:
+        onnx.load_external_data_for_model(proto, ".")  # a drafter's weights, into memory
+        exclude = rotations(proto)
+        with tempfile.TemporaryDirectory() as tmp:  # files with external data: a proto over 2 GB saves too
             src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
-            onnx.save_model(proto, src)
+            onnx.save_model(proto, src, save_as_external_data=True, location="in.data")
             quantize_dynamic(src, dst, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8,
-                             nodes_to_exclude=rotations(proto))
+                             nodes_to_exclude=exclude, use_external_data_format=True)
             return onnx.load(dst)
     raise ValueError(f"unknown quantization {mode!r}")
 
@@ -107,9 +110,11 @@ def rotations(proto) -> list[str]:
     return [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.input[1] in turns]
 
 
-def quantize_module(module: nn.Module, mode: str, embeddings: str = "none") -> nn.Module:
-    """A copy of `module` with its Linear layers quantized by torchao for XNNPACK (8da8w / 8da4w; int4
-    leaves the LM head fp32), and with `embeddings` != none its vocabulary tables (quantize_vocab_module)."""
+def quantize_module(module: nn.Module, mode: str, embeddings: str = "none", in_place: bool = False) -> nn.Module:
+    """A copy of `module` (or `module` itself, in_place) with its Linear layers quantized by torchao for
+    XNNPACK (8da8w / 8da4w; int4 leaves the LM head fp32), and with `embeddings` != none its vocabulary
+    tables (quantize_vocab_module). A copy shares the target's tables a drafter reads: quantizing replaces
+    tensors, it never writes into them, so they need not be duplicated (1.2 GB each at 1.7 B)."""
     if mode == "none" and embeddings == "none":
         return module
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
@@ -117,7 +122,9 @@ def quantize_module(module: nn.Module, mode: str, embeddings: str = "none") -> n
 
     import torch
 
-    module = copy.deepcopy(module)
+    if not in_place:
+        shared = {id(t): t for m in module.modules() if isinstance(m, Drafter) for t in (m.embed, m.lm_head)}
+        module = copy.deepcopy(module, shared)
     if mode == "int4":
         config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP))
         # the group must divide the input size (torchao asserts otherwise): such layers stay fp32
