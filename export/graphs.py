@@ -17,6 +17,7 @@ Both take only `tokens` and `positions`; the block starts at `positions[0]`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 from torch import nn
@@ -31,7 +32,7 @@ from hyflash.runtime_py.manifest import (PAST_KEY, PAST_VALUE, PRESENT_KEY, PRES
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
     name: str
-    dtype: str  # "float32" | "int64"
+    dtype: str  # "float32" | "float16" | "int64"
     shape: tuple[int, ...]
 
     def to_json(self) -> dict:
@@ -56,6 +57,10 @@ class Tolerance:
 # with weights x10 reaches 1.3e-4 on draft logits of scale 5 (2.5e-5 relative); one weight row of
 # the target scaled by 1.01 moves logits by far more than 1e-4 relative (tests/test_tolerance.py).
 TOLERANCES = {"values": Tolerance(1e-5, 1e-4), "state": Tolerance(1e-6, 2e-5)}
+# fp16 graphs (`export --dtype fp16`) against the same fp32 eager models, fed the same fp16 inputs.
+# Measured on the reference pair (scripts/fp16_report.py): see results/fp16.json.
+TOLERANCES_FP16 = {"values": Tolerance(1e-3, 2e-2), "state": Tolerance(1e-3, 2e-2)}
+FLOAT_DTYPES = {"fp32": "float32", "fp16": "float16"}  # export --dtype -> the graphs' float dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,16 +77,19 @@ class GraphSpec:
         return self.tolerances["state" if state else "values"]
 
 
-def _f(name, *shape):
-    return TensorSpec(name, "float32", tuple(shape))
+def _float(name, *shape, dtype="float32"):
+    return TensorSpec(name, dtype, tuple(shape))
 
 
 def _i(name, *shape):
     return TensorSpec(name, "int64", tuple(shape))
 
 
-def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chunk: int) -> dict[str, GraphSpec]:
+def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chunk: int,
+                dtype: str = "float32") -> dict[str, GraphSpec]:
+    """Every graph's declaration; float tensors in `dtype` (float32 | float16), the cache too."""
     t, d = target.cfg, drafter.cfg
+    _f = functools.partial(_float, dtype=dtype)
     w = d.window_size(max_context)
     win = (d.layers, d.kv_heads, w, d.head_dim)  # the window in the layout its attention reads
     feat = target.feature_size
@@ -110,14 +118,16 @@ def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chun
     for name, rows in (("target_prefill", prefill_chunk), ("target_verify", VERIFY_ROWS), ("target_decode", 1)):
         specs[name] = GraphSpec(name, "target", (_i("tokens", rows), _i("positions", rows)),
                                 (_f("logits", rows, t.vocab_size), _f("features", rows, feat)))
+    if dtype != "float32":
+        specs = {k: dataclasses.replace(s, tolerances=dict(TOLERANCES_FP16)) for k, s in specs.items()}
     return specs
 
 
-def cache_spec(target: Target, max_context: int) -> dict:
+def cache_spec(target: Target, max_context: int, dtype: str = "float32") -> dict:
     """The manifest's `cache` entry: where the target's K/V rows live in each format."""
     c = target.cfg
     return {"layers": c.num_layers, "kv_heads": c.num_kv_heads, "rows": max_context, "head_dim": c.head_dim,
-            "dtype": "float32",
+            "dtype": dtype,
             "onnx": {"past": [PAST_KEY, PAST_VALUE], "present": [PRESENT_KEY, PRESENT_VALUE],
                      "shape": [1, c.num_kv_heads, max_context, c.head_dim], "layout": "BNSH",
                      "op": "com.microsoft.GroupQueryAttention",
@@ -130,11 +140,11 @@ def cache_spec(target: Target, max_context: int) -> dict:
 
 
 def onnx_cache_specs(target: Target, max_context: int) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """The ONNX target graphs' cache inputs and outputs, in graph order."""
+    """The ONNX target graphs' cache inputs and outputs, in graph order, in the target's dtype."""
     c = target.cfg
-    shape = (1, c.num_kv_heads, max_context, c.head_dim)
-    past = [_f(n, *shape) for n in cache_names(PAST_KEY, PAST_VALUE, c.num_layers)]
-    present = [_f(n, *shape) for n in cache_names(PRESENT_KEY, PRESENT_VALUE, c.num_layers)]
+    shape, dtype = (1, c.num_kv_heads, max_context, c.head_dim), str(target.embed.weight.dtype).removeprefix("torch.")
+    past = [_float(n, *shape, dtype=dtype) for n in cache_names(PAST_KEY, PAST_VALUE, c.num_layers)]
+    present = [_float(n, *shape, dtype=dtype) for n in cache_names(PRESENT_KEY, PRESENT_VALUE, c.num_layers)]
     return past, present
 
 
@@ -202,9 +212,10 @@ class TargetPte(nn.Module):
         c = target.cfg
         self.target = target
         self.rows = max_context
+        shape, dtype = (1, max_context, c.num_kv_heads, c.head_dim), target.embed.weight.dtype  # the cache follows
         for i in range(c.num_layers):  # names as the manifest's cache.pte.buffers
-            self.register_buffer(f"k_cache_{i}", torch.zeros(1, max_context, c.num_kv_heads, c.head_dim))
-            self.register_buffer(f"v_cache_{i}", torch.zeros(1, max_context, c.num_kv_heads, c.head_dim))
+            self.register_buffer(f"k_cache_{i}", torch.zeros(shape, dtype=dtype))
+            self.register_buffer(f"v_cache_{i}", torch.zeros(shape, dtype=dtype))
 
     def forward(self, tokens, positions):
         n = tokens.shape[0]
@@ -239,6 +250,6 @@ def example_inputs(spec: GraphSpec, cache: list[TensorSpec] = ()) -> tuple[torch
         elif t.dtype == "int64":
             x = torch.ones(t.shape, dtype=torch.int64)
         else:
-            x = torch.zeros(t.shape)
+            x = torch.zeros(t.shape, dtype=getattr(torch, t.dtype))
         out.append(x)
     return tuple(out)

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from hyflash import __version__
-from hyflash.export.graphs import cache_spec, graph_specs
+from hyflash.export.graphs import FLOAT_DTYPES, cache_spec, graph_specs
 from hyflash.export.lower import OnnxWeights, export_onnx_graph, export_pte
 from hyflash.export.quantize import (DRAFTER_MODES, EMBEDDING_MODES, TARGET_MODES, quantize_module, quantize_onnx,
                                      quantize_vocab_onnx)
@@ -27,7 +27,7 @@ from hyflash.models.files import sha256, write_json_atomic
 from hyflash.models.generation import TALK_FILES, end_of_text_ids, generation_config
 from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
                                     target_info, weight_files)
-from hyflash.models.target import Target
+from hyflash.models.target import Target, to_fp16
 from hyflash.runtime_py.manifest import (FORMAT_VERSION, PTE_FILE, QUANTIZED_EMBEDDING_KERNELS, VERIFY_ROWS, file_hashes,
                                          seal)
 from hyflash.train.loop import replace_folder
@@ -47,6 +47,7 @@ class ExportConfig:
     quantize: str = "none"  # the drafter: none | int8 | int4
     quantize_target: str = "none"  # none | int4 (forms that keep the rows of a block independent)
     quantize_embeddings: str = "none"  # none | int8 | int4: both models' vocabulary tables
+    dtype: str = "fp32"  # fp32 | fp16: weights, graph I/O and the KV cache
     seed: int = 0
     force: bool = False
 
@@ -65,6 +66,11 @@ class ExportConfig:
         if self.quantize_embeddings not in EMBEDDING_MODES:
             raise ValueError(f"--quantize-embeddings must be one of {', '.join(EMBEDDING_MODES)}, "
                              f"got {self.quantize_embeddings!r}")
+        if self.dtype not in FLOAT_DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(FLOAT_DTYPES)}, got {self.dtype!r}")
+        if self.dtype != "fp32" and (self.quantize, self.quantize_target, self.quantize_embeddings) != ("none",) * 3:
+            raise ValueError(f"--dtype {self.dtype} with --quantize*: not supported (quantized exports keep fp32 "
+                             "around their integer weights); use --dtype fp32, or drop the --quantize options")
 
     def mode(self, model: str) -> str:
         return self.quantize if model == "drafter" else self.quantize_target
@@ -112,7 +118,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
     if cfg.prefill_chunk > max_context - VERIFY_ROWS:
         raise ValueError(f"--prefill-chunk {cfg.prefill_chunk} does not fit the context ({max_context} rows, "
                          f"{VERIFY_ROWS} kept for a verify block); use --prefill-chunk <= {max_context - VERIFY_ROWS}")
-    specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk)
+    specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk, FLOAT_DTYPES[cfg.dtype])
 
     _remove_stale_partials(out)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
@@ -136,6 +142,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
             bar.set_postfix_str(label)
             if label == "drafter weights":
                 save_drafter(drafter, tmp / "drafter", target_info(target), dtype=torch.float32)
+                if cfg.dtype == "fp16":  # from here on the graphs are traced in fp16; the eager reference stays fp32
+                    to_fp16(target), to_fp16(drafter)
             elif label.startswith("onnx "):
                 # the vocabulary tables first: the drafter's int8 pass would take its head as a MatMul of its own
                 mode = cfg.mode(specs[key].model)
@@ -216,6 +224,7 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
     import onnxruntime
 
     d = drafter.cfg
+    width = 2 if cfg.dtype == "fp16" else 4  # bytes per cached value
     return {
         "format_version": FORMAT_VERSION,
         "graphs": graphs,
@@ -225,7 +234,8 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "drafter": {"name": "random" if cfg.drafter == "random" else d.name, "source": str(cfg.drafter),
                     "config": d.to_dict(), **_hybrid(cfg.drafter)},
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
-        "prefill_chunk": cfg.prefill_chunk, "cache": cache_spec(target, max_context),
+        "prefill_chunk": cfg.prefill_chunk, "dtype": cfg.dtype,
+        "cache": cache_spec(target, max_context, FLOAT_DTYPES[cfg.dtype]),
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
                          "embeddings": cfg.quantize_embeddings,
                          "pte_kernels": list(QUANTIZED_EMBEDDING_KERNELS[cfg.quantize_embeddings]),
@@ -239,9 +249,9 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
                                  "none": "fp32",
                                  "embeddings": "quantized_decomposed embedding_byte / embedding_4bit, group 32; "
                                                "projections 8da8w / 8da4w"}},
-        "memory": {"kind": d.memory, **d.context_bytes(max_context, kv_bytes=4, state_bytes=4),
+        "memory": {"kind": d.memory, **d.context_bytes(max_context, kv_bytes=width, state_bytes=width),
                    "target_kv_bytes": 2 * target.cfg.num_layers * target.cfg.num_kv_heads * max_context
-                   * target.cfg.head_dim * 4},
+                   * target.cfg.head_dim * width},
         "versions": {"hyflash": __version__, "torch": torch.__version__, "onnx": onnx.__version__,
                      "onnxruntime": onnxruntime.__version__, "executorch": _version("executorch"),
                      "python": platform.python_version()},

@@ -46,12 +46,14 @@ class Check:
 
 
 class Comparer:
-    """Collects one Check per compared output; quantized models' outputs are reported, not judged."""
+    """Collects one Check per compared output; the outputs of quantized models, and of graphs judged by
+    agreement (`by_agreement`), are reported, not judged."""
 
     def __init__(self, specs: dict[str, GraphSpec], backend: str, quantized: dict[str, bool],
-                 atol: float | None = None):
+                 atol: float | None = None, by_agreement: frozenset = frozenset()):
         """atol: one absolute bar for every float output instead of the specs' (`--atol`)."""
         self.specs, self.backend, self.quantized, self.atol = specs, backend, quantized, atol
+        self.by_agreement = by_agreement
         self.checks: list[Check] = []
 
     def outputs(self, graph: str, got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
@@ -69,8 +71,8 @@ class Comparer:
         if not np.isfinite(got).all():
             diff = float("inf")
         scale = float(np.abs(expected).max()) if expected.size else 0.0
-        if self.quantized[spec.model]:
-            if dtype == "float32":
+        if self.quantized[spec.model] or graph in self.by_agreement:
+            if dtype != "int64":
                 self.checks.append(Check(graph, name, self.backend, diff, float("nan"), True, "info", scale=scale))
             return
         tol = 0.0 if dtype == "int64" else (self.atol if self.atol is not None else spec.tolerance(name).bound(scale))
@@ -88,7 +90,7 @@ def check_declarations(folder: Path, manifest: dict, specs: dict[str, GraphSpec]
                 raise ArtifactError(f"{folder}: graph {name!r} {kind} in the manifest differ from the model's")
     if set(manifest["graphs"]) != set(specs):
         raise ArtifactError(f"{folder}: manifest has graphs {sorted(manifest['graphs'])}, expected {sorted(specs)}")
-    if manifest["cache"] != cache_spec(target, manifest["max_context"]):
+    if manifest["cache"] != cache_spec(target, manifest["max_context"], manifest["cache"]["dtype"]):
         raise ArtifactError(f"{folder}: the manifest's cache entry differs from the model's")
 
 
@@ -281,13 +283,19 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     manifest = load_manifest(folder)
     eager = Runtime(folder, "eager", target=target_override)
     target, drafter = eager.backend.target, eager.backend.drafter
-    specs = graph_specs(target, drafter, manifest["max_context"], manifest["prefill_chunk"])
+    specs = graph_specs(target, drafter, manifest["max_context"], manifest["prefill_chunk"], manifest["cache"]["dtype"])
     check_declarations(folder, manifest, specs, target)
     kinds = backends or tuple(k for k, key in (("onnxruntime", "onnx"), ("executorch", "pte"))
                               if any(g.get(key) for g in manifest["graphs"].values()))
     quant = dict(manifest["quantization"])
     if quant.get("embeddings", "none") != "none":  # both models' vocabulary tables: judge both by agreement
         quant = {m: quant[m] if quant[m] != "none" else f"embeddings {quant['embeddings']}" for m in ("drafter", "target")}
+    by_agreement = frozenset()
+    if manifest["cache"]["dtype"] == "float16" and quant["drafter"] == "none":
+        # fp16 rounding flips near-ties in draft_read's argmax chain (each slot's Markov bias follows the slot
+        # before), after which the slots differ wholly: its drafts are judged by agreement with fp32; the
+        # window and state, which hold no argmax, by parity
+        quant["drafter"], by_agreement = "fp16", frozenset({"draft_read"})
     texts = []
     if (quant["drafter"], quant["target"]) != ("none", "none"):
         length = agreement_length(manifest["max_context"])
@@ -303,7 +311,8 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     checks = []
     for kind in kinds:
         rt = Runtime(folder, kind)
-        cmp = Comparer(specs, kind, {m: quant[m] != "none" for m in ("drafter", "target")}, atol)
+        cmp = Comparer(specs, kind, {m: quant[m] not in ("none", "fp16") for m in ("drafter", "target")}, atol,
+                       by_agreement)
         drafter_parity(rt, eager, cmp, seed)
         target_parity(rt, eager, cmp, seed)
         checks.extend(cmp.checks)

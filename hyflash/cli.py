@@ -59,7 +59,7 @@ def cmd_export(args) -> int:
     cfg = ExportConfig(target=args.target, drafter=args.drafter, out=args.out, formats=formats, window=args.window,
                        max_context=args.max_context, prefill_chunk=args.prefill_chunk, quantize=args.quantize,
                        quantize_target=args.quantize_target, quantize_embeddings=args.quantize_embeddings,
-                       seed=args.seed, force=args.force)
+                       dtype=args.dtype, seed=args.seed, force=args.force)
     manifest = export(cfg, progress=True)
     summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
                "max_context": manifest["max_context"], "window": manifest["window"],
@@ -584,6 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize-target", choices=["none", "int4"], default="none")
     p.add_argument("--quantize-embeddings", choices=["none", "int8", "int4"], default="none",
                    help="both models' vocabulary tables: embedding, LM head, Markov head")
+    p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
+                   help="the graphs' float dtype, weights, I/O and KV cache alike")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--json", action="store_true")

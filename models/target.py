@@ -31,7 +31,9 @@ class RMSNorm(nn.Module):
         # x / sqrt(...), not x * rsqrt(...): onnxruntime fuses this form into one
         # SimplifiedLayerNormalization node (the rsqrt form stays 7 nodes; measured: 343 of the
         # reference target_decode's 805 nodes were unfused norms)
-        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        # in fp32 whatever x is (a half-precision square overflows): no node at all for an fp32 x
+        y = x.float()
+        return (y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
 class Rotary(nn.Module):
@@ -48,6 +50,13 @@ class Rotary(nn.Module):
         return emb.cos() * self.scale, emb.sin() * self.scale
 
 
+def to_fp16(module: nn.Module) -> nn.Module:
+    """In place: fp16 weights and buffers, except RoPE's inverse frequencies (the angles stay fp32: in
+    fp16 they are off by radians a few thousand positions in)."""
+    keep = {id(m.inv_freq) for m in module.modules() if isinstance(m, Rotary)}
+    return module._apply(lambda t: t.half() if t.is_floating_point() and id(t) not in keep else t)
+
+
 def _half_turn(rot: int, like: torch.Tensor) -> torch.Tensor:
     """(rot, rot) R = [[0, I], [-I, 0]], so that x @ R = cat(-x[half:], x[:half]): rotate-half as one
     exact MatMul (entries 0 and ±1) instead of slice, slice, neg, concat in every exported layer.
@@ -60,8 +69,9 @@ def _half_turn(rot: int, like: torch.Tensor) -> torch.Tensor:
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: (..., n, head_dim); cos/sin: (n, rot), or (n, 1, rot) for x (..., n, heads, head_dim).
-    Dims past `rot` pass through (partial rotary)."""
+    Dims past `rot` pass through (partial rotary). Angles are computed in fp32 and applied in x's dtype."""
     rot = cos.shape[-1]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if rot == x.shape[-1]:
         return x * cos + (x @ _half_turn(rot, x)) * sin
     x_rot, x_pass = x[..., :rot], x[..., rot:]

@@ -102,8 +102,8 @@ class OrtBackend(Backend):
         return call
 
 
-ORT_TYPES = {"tensor(float)": "float32", "tensor(int64)": "int64"}
-PTE_TYPES = {6: "float32", 4: "int64"}  # ExecuTorch ScalarType codes
+ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
+PTE_TYPES = {6: "float32", 5: "float16", 4: "int64"}  # ExecuTorch ScalarType codes
 
 
 def _declared_io(contract: Contract, graph: str, onnx_cache: bool) -> dict[str, list[tuple]]:

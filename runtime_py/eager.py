@@ -97,7 +97,9 @@ class EagerBackend(Backend):
             rows = torch.tensor([self.contract.width(graph)])  # every row counts as valid
 
             def fn(tokens, positions):  # every row is written, as the in-place graphs do
-                logits, features, k_new, v_new = self.target.step(tokens, positions, rows, k_cache, v_cache)
+                # an fp16 export's cache, read in the models' fp32 (.float() is no copy for fp32)
+                logits, features, k_new, v_new = self.target.step(tokens, positions, rows, k_cache.float(),
+                                                                   v_cache.float())
                 start = int(positions[0])
                 write_cache(k_cache, k_new, start, len(tokens))
                 write_cache(v_cache, v_new, start, len(tokens))
@@ -107,9 +109,9 @@ class EagerBackend(Backend):
             if self.memory_history is not None:
                 fn = self._limited(graph, fn, [t["name"] for t in spec["inputs"]])
 
-        def run():
+        def run():  # fp16 inputs of an fp16 export run in the models' fp32; outputs are copied into fp16
             with torch.no_grad():
-                outs = fn(*args)
+                outs = fn(*(a.float() if a.is_floating_point() else a for a in args))
             for dst, src in zip(targets, [o for o in outs if o is not None]):
                 np.copyto(dst, src.numpy())
 

@@ -135,11 +135,14 @@ def check_consistency(path: Path, m: dict) -> None:
     missing = [n for n in (*TARGET_GRAPHS, "draft_read", "window_shift") if n not in g]
     if missing:
         raise ArtifactError(f"{path}: graph {missing[0]!r} is missing; re-export")
+    floats = cache.get("dtype")  # every float tensor of the export has the cache's dtype
+    if floats not in ("float32", "float16"):
+        raise ArtifactError(f"{path}: cache.dtype is {floats!r}; expected float32 or float16: re-export")
     for name, graph in g.items():
         for t in (*graph["inputs"], *graph["outputs"]):
-            if t.get("dtype") not in ("float32", "int64"):
+            if t.get("dtype") not in (floats, "int64"):
                 raise ArtifactError(f"{path}: graphs.{name} tensor {t.get('name')!r} has dtype {t.get('dtype')!r}; "
-                                    "expected float32 or int64: re-export")
+                                    f"expected {floats} or int64: re-export")
     t_max, vocab = m["max_context"], target.get("vocab_size")
     same("max_context", t_max, "cache.rows", cache["rows"])
     same("cache.onnx.shape", cache["onnx"]["shape"], "[1, kv_heads, rows, head_dim]",

@@ -72,6 +72,27 @@ def int4_embeddings(qwen3_dir, tmp_path_factory):
     return out
 
 
+def _fp16_export(qwen3_dir, out, fmt):
+    from hyflash.cli import main
+
+    assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", fmt,
+                 "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24",
+                 "--dtype", "fp16"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def fp16_onnx(qwen3_dir, tmp_path_factory):
+    """The tiny Qwen3 with a random drafter exported in fp16, ONNX only (the fast suite)."""
+    return _fp16_export(qwen3_dir, tmp_path_factory.mktemp("fp16") / "onnx", "onnx")
+
+
+@pytest.fixture(scope="session")
+def fp16_both(qwen3_dir, tmp_path_factory):
+    """The same in both formats (slow tests: lowering to .pte)."""
+    return _fp16_export(qwen3_dir, tmp_path_factory.mktemp("fp16") / "both", "both")
+
+
 @pytest.fixture(scope="session")
 def reference_pte(tmp_path_factory):
     """The embedded pair exported to .pte (slow tests only: lowering its target takes minutes)."""

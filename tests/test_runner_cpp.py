@@ -164,6 +164,12 @@ def test_bad_input_is_refused_in_one_line(runner, both_formats, tmp_path, case):
     assert first.startswith("hyflash-run: error: ") and message in first, out.stderr
 
 
+def test_fp16_export_is_refused_in_one_line(runner, fp16_onnx):
+    out = subprocess.run([str(runner), str(fp16_onnx), "--prompt-ids", "1,2"], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1
+    assert "runs fp32 exports only" in out.stderr and "--dtype fp32" in out.stderr, out.stderr
+
+
 def test_unknown_option_is_refused(runner, both_formats):
     out = subprocess.run([str(runner), str(both_formats), "--prompt-ids", "1", "--temprature", "1"],
                          capture_output=True, text=True)

@@ -85,7 +85,11 @@ void check_consistency(const std::string& path, const Manifest& m) {
   for (const auto& [name, g] : m.graphs)
     for (const auto* list : {&g.inputs, &g.outputs})
       for (const auto& t : *list)
-        if (t.dtype != "float32" && t.dtype != "int64")
+        if (t.dtype == "float16")
+          throw ArtifactError(path + ": an fp16 export (graphs." + name + " tensor '" + t.name +
+                              "'); hyflash-run runs fp32 exports only: export with --dtype fp32, or run this one "
+                              "with hyflash generate");
+        else if (t.dtype != "float32" && t.dtype != "int64")
           throw ArtifactError(path + ": graphs." + name + " tensor '" + t.name + "' has dtype '" + t.dtype +
                               "'; expected float32 or int64: re-export");
   Checker c(path, m);
