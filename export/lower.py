@@ -5,8 +5,8 @@ Export workarounds live here, each with the problem it avoids.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -52,12 +52,16 @@ def export_onnx_graph(spec: GraphSpec, target, drafter, max_context: int, weight
     import onnx_ir as ir
 
     program = trace_onnx(spec, target, drafter, max_context)
-    with tempfile.TemporaryDirectory(prefix=".scratch-", dir=weights.folder.parent) as scratch, \
-            contextlib.chdir(scratch):
-        # tensors of 1 KiB or more go to the file, as OnnxWeights stores them
-        ir.save(program.model, "graph.onnx", external_data="graph.data", size_threshold_bytes=1023)
-        del program
-        return weights.save(spec.name, transform(onnx.load("graph.onnx", load_external_data=False)))
+    cwd = os.getcwd()  # (contextlib.chdir is Python 3.11+)
+    with tempfile.TemporaryDirectory(prefix=".scratch-", dir=weights.folder.parent) as scratch:
+        os.chdir(scratch)
+        try:
+            # tensors of 1 KiB or more go to the file, as OnnxWeights stores them
+            ir.save(program.model, "graph.onnx", external_data="graph.data", size_threshold_bytes=1023)
+            del program
+            return weights.save(spec.name, transform(onnx.load("graph.onnx", load_external_data=False)))
+        finally:
+            os.chdir(cwd)
 
 
 class OnnxWeights:

@@ -60,16 +60,25 @@ def both_formats(qwen3_dir, tmp_path_factory):
     return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("exp") / "both", "both")
 
 
-@pytest.fixture(scope="session")
-def int4_embeddings(qwen3_dir, tmp_path_factory):
-    """The tiny Qwen3 (tied embedding and LM head) with only its vocabulary tables quantized, both formats."""
+def _int4_embeddings(qwen3_dir, out, fmt):
     from hyflash.cli import main
 
-    out = tmp_path_factory.mktemp("qe") / "int4"
-    assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "both",
+    assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", fmt,
                  "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24",
                  "--quantize-embeddings", "int4"]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def int4_embeddings(qwen3_dir, tmp_path_factory):
+    """The tiny Qwen3 (tied embedding and LM head) with only its vocabulary tables quantized, ONNX only."""
+    return _int4_embeddings(qwen3_dir, tmp_path_factory.mktemp("qe") / "int4", "onnx")
+
+
+@pytest.fixture(scope="session")
+def int4_embeddings_pte(qwen3_dir, tmp_path_factory):
+    """The same in both formats (slow tests: lowering to .pte)."""
+    return _int4_embeddings(qwen3_dir, tmp_path_factory.mktemp("qe") / "int4-both", "both")
 
 
 def _fp16_export(qwen3_dir, out, fmt):

@@ -152,7 +152,7 @@ def test_unsupported_context_via_cli(hf_checkpoint, capsys):
 
 @pytest.mark.parametrize("fixture, flags", [
     ("both_formats", []),
-    ("int4_embeddings", ["--quantize-embeddings", "int4"]),
+    pytest.param("int4_embeddings_pte", ["--quantize-embeddings", "int4"], marks=pytest.mark.slow),  # lowering
 ])
 def test_inspect_estimates_the_export_before_it_is_made(request, qwen3_dir, fixture, flags, capsys):
     """The sizes `inspect` prices from geometry and options are the files `export` writes with them:

@@ -191,12 +191,16 @@ def test_quantized_embeddings_are_stored_once(int4_embeddings, qwen3_dir):
     assert table_range in ranges["draft_read", "lookup"] and table_range in ranges["draft_read", "head"]
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "executorch"])
-def test_quantized_embeddings_speculative_equals_target_only(int4_embeddings, backend):
-    manifest = load_manifest(int4_embeddings)
+@pytest.mark.parametrize("fixture, backend", [
+    ("int4_embeddings", "onnxruntime"),
+    pytest.param("int4_embeddings_pte", "executorch", marks=pytest.mark.slow),  # suite time: lowering
+])
+def test_quantized_embeddings_speculative_equals_target_only(request, fixture, backend):
+    folder = request.getfixturevalue(fixture)
+    manifest = load_manifest(folder)
     assert manifest["quantization"]["embeddings"] == "int4"
     assert manifest["quantization"]["pte_kernels"] == ["quantized_decomposed::embedding_4bit"]
-    runtime = Runtime(int4_embeddings, backend)
+    runtime = Runtime(folder, backend)
     prompt = np.random.default_rng(7).integers(3, 96, 21).tolist()
     out = {draft: [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=40, ignore_eos=True,
                                                                           draft=draft)) for t in new]
@@ -205,9 +209,9 @@ def test_quantized_embeddings_speculative_equals_target_only(int4_embeddings, ba
 
 
 @pytest.mark.slow  # suite time: validate runs the eager models and both backends
-def test_quantized_embeddings_are_judged_against_fp32(int4_embeddings):
+def test_quantized_embeddings_are_judged_against_fp32(int4_embeddings_pte):
     """validate compares the quantized tables' graphs with fp32: wrong scales or packing would not agree."""
-    rows = summarize(validate(int4_embeddings, min_agreement=0.5))
+    rows = summarize(validate(int4_embeddings_pte, min_agreement=0.5))
     agreement = {(r.graph, r.output, r.backend): r for r in rows if r.kind == "agreement"}
     for backend in ("onnxruntime", "executorch"):
         for graph, output in (("draft_read", "draft_tokens"), ("target_verify", "argmax(logits)")):

@@ -73,9 +73,10 @@ def test_greedy_equals_the_python_runtime(runner, both_formats):
     assert c["stop_reason"].startswith("usable context reached") and c["prompt_tokens"] + len(c["tokens"]) == 96 - 8
 
 
-def test_quantized_embeddings_equal_the_python_runtime(runner, int4_embeddings):
+@pytest.mark.slow  # suite time: lowering the quantized tables to .pte
+def test_quantized_embeddings_equal_the_python_runtime(runner, int4_embeddings_pte):
     """Programs calling ExecuTorch's quantized embedding kernels (--quantize-embeddings) run as in Python."""
-    _same_as_python(runner, int4_embeddings, [[5, 9, 14, 3, 77, 21, 40]], 24)
+    _same_as_python(runner, int4_embeddings_pte, [[5, 9, 14, 3, 77, 21, 40]], 24)
 
 
 def test_stops_at_eos_as_the_python_runtime(runner, both_formats):
