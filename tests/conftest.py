@@ -25,13 +25,14 @@ def hf_checkpoint(tmp_path_factory):
 
 
 CONTEXT, CHUNK = 96, 16
+INT4_TABLES = ("--quantize-embeddings", "int4")
 
 
-def export_folder(target_dir, drafter, out, fmt):
+def export_folder(target_dir, drafter, out, fmt, *flags):
     from hyflash.cli import main
 
     args = ["export", "--target", str(target_dir), "--drafter", str(drafter), "--out", str(out), "--format", fmt,
-            "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24"]
+            "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24", *flags]
     assert main(args) == 0
     return out
 
@@ -60,46 +61,28 @@ def both_formats(qwen3_dir, tmp_path_factory):
     return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("exp") / "both", "both")
 
 
-def _int4_embeddings(qwen3_dir, out, fmt):
-    from hyflash.cli import main
-
-    assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", fmt,
-                 "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24",
-                 "--quantize-embeddings", "int4"]) == 0
-    return out
-
-
 @pytest.fixture(scope="session")
 def int4_embeddings(qwen3_dir, tmp_path_factory):
     """The tiny Qwen3 (tied embedding and LM head) with only its vocabulary tables quantized, ONNX only."""
-    return _int4_embeddings(qwen3_dir, tmp_path_factory.mktemp("qe") / "int4", "onnx")
+    return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("qe") / "int4", "onnx", *INT4_TABLES)
 
 
 @pytest.fixture(scope="session")
 def int4_embeddings_pte(qwen3_dir, tmp_path_factory):
     """The same in both formats (slow tests: lowering to .pte)."""
-    return _int4_embeddings(qwen3_dir, tmp_path_factory.mktemp("qe") / "int4-both", "both")
-
-
-def _fp16_export(qwen3_dir, out, fmt):
-    from hyflash.cli import main
-
-    assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", fmt,
-                 "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24",
-                 "--dtype", "fp16"]) == 0
-    return out
+    return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("qe") / "int4-both", "both", *INT4_TABLES)
 
 
 @pytest.fixture(scope="session")
 def fp16_onnx(qwen3_dir, tmp_path_factory):
     """The tiny Qwen3 with a random drafter exported in fp16, ONNX only (the fast suite)."""
-    return _fp16_export(qwen3_dir, tmp_path_factory.mktemp("fp16") / "onnx", "onnx")
+    return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("fp16") / "onnx", "onnx", "--dtype", "fp16")
 
 
 @pytest.fixture(scope="session")
 def fp16_both(qwen3_dir, tmp_path_factory):
     """The same in both formats (slow tests: lowering to .pte)."""
-    return _fp16_export(qwen3_dir, tmp_path_factory.mktemp("fp16") / "both", "both")
+    return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("fp16") / "both", "both", "--dtype", "fp16")
 
 
 @pytest.fixture(scope="session")
