@@ -126,7 +126,7 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context:
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
-    quantize = quantize or (lambda m, _: m)  # a quantizer returns a copy: the eager models stay fp32
+    quantize = quantize or (lambda m, _: m)
     programs = {}
     target_module = quantized_drafter = None  # each model quantized once, its methods traced from it
     for spec in specs:

@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -224,7 +225,7 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
     import onnxruntime
 
     d = drafter.cfg
-    width = 2 if cfg.dtype == "fp16" else 4  # bytes per cached value
+    width = np.dtype(FLOAT_DTYPES[cfg.dtype]).itemsize  # bytes per cached value
     return {
         "format_version": FORMAT_VERSION,
         "graphs": graphs,

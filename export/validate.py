@@ -46,14 +46,13 @@ class Check:
 
 
 class Comparer:
-    """Collects one Check per compared output; the outputs of quantized models, and of graphs judged by
-    agreement (`by_agreement`), are reported, not judged."""
+    """Collects one Check per compared output; the outputs of graphs judged by agreement instead (`by_agreement`:
+    every graph of a quantized model, an fp16 draft_read) are reported, not judged."""
 
-    def __init__(self, specs: dict[str, GraphSpec], backend: str, quantized: dict[str, bool],
-                 atol: float | None = None, by_agreement: frozenset = frozenset()):
+    def __init__(self, specs: dict[str, GraphSpec], backend: str, by_agreement: frozenset = frozenset(),
+                 atol: float | None = None):
         """atol: one absolute bar for every float output instead of the specs' (`--atol`)."""
-        self.specs, self.backend, self.quantized, self.atol = specs, backend, quantized, atol
-        self.by_agreement = by_agreement
+        self.specs, self.backend, self.by_agreement, self.atol = specs, backend, by_agreement, atol
         self.checks: list[Check] = []
 
     def outputs(self, graph: str, got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
@@ -71,7 +70,7 @@ class Comparer:
         if not np.isfinite(got).all():
             diff = float("inf")
         scale = float(np.abs(expected).max()) if expected.size else 0.0
-        if self.quantized[spec.model] or graph in self.by_agreement:
+        if graph in self.by_agreement:
             if dtype != "int64":
                 self.checks.append(Check(graph, name, self.backend, diff, float("nan"), True, "info", scale=scale))
             return
@@ -290,12 +289,13 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     quant = dict(manifest["quantization"])
     if quant.get("embeddings", "none") != "none":  # both models' vocabulary tables: judge both by agreement
         quant = {m: quant[m] if quant[m] != "none" else f"embeddings {quant['embeddings']}" for m in ("drafter", "target")}
-    by_agreement = frozenset()
+    by_agreement = {g for g, s in specs.items() if quant[s.model] != "none"}  # a quantized model: all its graphs
     if manifest["cache"]["dtype"] == "float16" and quant["drafter"] == "none":
         # fp16 rounding flips near-ties in draft_read's argmax chain (each slot's Markov bias follows the slot
         # before), after which the slots differ wholly: its drafts are judged by agreement with fp32; the
         # window and state, which hold no argmax, by parity
-        quant["drafter"], by_agreement = "fp16", frozenset({"draft_read"})
+        quant["drafter"] = "fp16"
+        by_agreement.add("draft_read")
     texts = []
     if (quant["drafter"], quant["target"]) != ("none", "none"):
         length = agreement_length(manifest["max_context"])
@@ -311,8 +311,7 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     checks = []
     for kind in kinds:
         rt = Runtime(folder, kind)
-        cmp = Comparer(specs, kind, {m: quant[m] not in ("none", "fp16") for m in ("drafter", "target")}, atol,
-                       by_agreement)
+        cmp = Comparer(specs, kind, frozenset(by_agreement), atol)
         drafter_parity(rt, eager, cmp, seed)
         target_parity(rt, eager, cmp, seed)
         checks.extend(cmp.checks)

@@ -103,7 +103,7 @@ def main() -> None:
     target = load_target(resolve("reference", "target"), taps)
     drafter = load_drafter(folder, target)
     specs = graph_specs(target, drafter, args.max_context, 64)
-    fp32 = {g: export_onnx_proto(specs[g], target, drafter) for g in DRAFTER_GRAPHS}
+    fp32 = {g: export_onnx_proto(specs[g], target, drafter, args.max_context) for g in DRAFTER_GRAPHS}
     vocab_weight = target.lm_head.weight.detach().float().T.contiguous().numpy()
     length = agreement_length(args.max_context)
     texts = {"target-written": agreement_texts(target, args.max_context, 1234),  # validate's seed

@@ -37,6 +37,15 @@ def export_folder(target_dir, drafter, out, fmt, *flags):
     return out
 
 
+def tokens_by_draft(runtime, prompt, max_new, drafts=("model", "none")):
+    """draft mode -> the tokens `runtime` generates for `prompt` (EOS ignored): the exactness tests compare them."""
+    from hyflash.runtime_py.loop import GenerationConfig
+
+    return {draft: [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new, ignore_eos=True,
+                                                                           draft=draft)) for t in new]
+            for draft in drafts}
+
+
 def word_tokenizer(vocab_size: int):
     """A real tokenizer.json for the tiny models: word i is "w{i}"."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers

@@ -5,10 +5,10 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import CHUNK, CONTEXT  # fixtures fp16_onnx, fp16_both: conftest
+from conftest import CHUNK, CONTEXT, tokens_by_draft  # fixtures fp16_onnx, fp16_both: conftest
 from hyflash.cli import main
 from hyflash.export.validate import summarize, validate
-from hyflash.runtime_py.loop import GenerationConfig, Runtime
+from hyflash.runtime_py.loop import Runtime
 from hyflash.runtime_py.manifest import load_manifest
 
 
@@ -33,9 +33,7 @@ def test_fp16_graphs_carry_fp16_weights_io_and_cache(fp16_onnx):
 def _exact_loop(folder, backend):
     runtime = Runtime(folder, backend)
     prompt = np.random.default_rng(11).integers(3, 96, 23).tolist()
-    out = {draft: [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=40, ignore_eos=True,
-                                                                          draft=draft)) for t in new]
-           for draft in ("model", "none")}
+    out = tokens_by_draft(runtime, prompt, 40)
     assert out["model"] == out["none"] and len(out["none"]) == 40
 
 

@@ -5,12 +5,12 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import CHUNK, CONTEXT
+from conftest import CHUNK, CONTEXT, tokens_by_draft
 from hyflash.cli import main
 from hyflash.export.quantize import quantized_op_counts, rotations, vocab_projections
 from hyflash.export.validate import agreement_texts, drafter_agreement, summarize, target_agreement, validate
 from hyflash.models.loading import load_target
-from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.loop import Runtime
 from hyflash.runtime_py.manifest import load_manifest
 
 
@@ -122,11 +122,7 @@ def test_agreement_on_a_given_text(int8_drafter_int4_target, tmp_path, capsys):
 def test_int4_target_speculative_equals_its_target_only(int8_drafter_int4_target):
     runtime = Runtime(int8_drafter_int4_target)
     prompt = np.random.default_rng(5).integers(3, 96, 19).tolist()
-    out = {}
-    for draft in ("model", "none", "prompt-lookup"):
-        stats = Stats()
-        out[draft] = [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=40, ignore_eos=True,
-                                                                             draft=draft), stats) for t in new]
+    out = tokens_by_draft(runtime, prompt, 40, ("model", "none", "prompt-lookup"))
     assert out["model"] == out["none"] == out["prompt-lookup"]
 
 
@@ -138,10 +134,8 @@ def test_quantized_pte(qwen3_dir, tmp_path, quantize):
     assert all(r.ok for r in rows) and {r.backend for r in rows} == {"executorch"}
     runtime = Runtime(out, "executorch")
     prompt = [4, 8, 15, 16, 23, 42]
-    a = [t for n in runtime.generate(prompt, GenerationConfig(max_new_tokens=30, ignore_eos=True)) for t in n]
-    b = [t for n in runtime.generate(prompt, GenerationConfig(max_new_tokens=30, ignore_eos=True, draft="none"))
-         for t in n]
-    assert a == b
+    out = tokens_by_draft(runtime, prompt, 30)
+    assert out["model"] == out["none"]
 
 
 def test_agreement_needs_room(qwen3_dir, tmp_path, capsys):
@@ -202,9 +196,7 @@ def test_quantized_embeddings_speculative_equals_target_only(request, fixture, b
     assert manifest["quantization"]["pte_kernels"] == ["quantized_decomposed::embedding_4bit"]
     runtime = Runtime(folder, backend)
     prompt = np.random.default_rng(7).integers(3, 96, 21).tolist()
-    out = {draft: [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=40, ignore_eos=True,
-                                                                          draft=draft)) for t in new]
-           for draft in ("model", "none")}
+    out = tokens_by_draft(runtime, prompt, 40)
     assert out["model"] == out["none"]
 
 
@@ -237,7 +229,5 @@ def test_int8_embeddings_with_an_int8_drafter(qwen3_dir, tmp_path):
     assert all(r.ok for r in rows)
     runtime = Runtime(out)
     prompt = np.random.default_rng(3).integers(3, 96, 17).tolist()
-    out_tokens = {draft: [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=30, ignore_eos=True,
-                                                                                 draft=draft)) for t in new]
-                  for draft in ("model", "none")}
+    out_tokens = tokens_by_draft(runtime, prompt, 30)
     assert out_tokens["model"] == out_tokens["none"]
