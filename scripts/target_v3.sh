@@ -44,7 +44,7 @@ stage() {  # name init curriculum steps stop_after batch seq_len threads probe_e
 [ -f runs/target-v3-copy4/model/config.json ] || stage copy4 runs/target-v3-ngram/model copy4 200 200 4 2048 2 50 10
 
 # after: the measurement of results/target_v2_before.json on the result
-OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy4/model --windows 119 \
+[ -f results/target_v3_after.json ] || OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy4/model --windows 119 \
   --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_after.json
 
 #   F copy5      250 steps, 4 rows x 2,048 tokens, lr 5e-4, 1 thread: natural repeats in 80% of rows, copies 8x,
@@ -52,7 +52,7 @@ OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy4/model --windows 1
 [ -f runs/target-v3-copy5/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy4/model \
   --curriculum copy5 --probe-every 50 --out runs/target-v3-copy5 --steps 250 --batch 4 --seq-len 2048 --lr 5e-4 \
   --warmup 10 --checkpoint-every 25 --threads 1
-OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy5/model --windows 119 \
+[ -f results/target_v3_copy5.json ] || OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy5/model --windows 119 \
   --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy5.json
 
 # (tried, not kept): 150 more steps of copy4 on a fresh schedule changed nothing measurable
@@ -67,5 +67,13 @@ OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy5/model --windows 1
 [ -f runs/target-v3-copy5b/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy5/model \
   --curriculum copy5 --probe-every 100 --out runs/target-v3-copy5b --steps 400 --batch 4 --seq-len 2048 --lr 5e-4 \
   --warmup 10 --checkpoint-every 25 --threads 1
-OMP_NUM_THREADS=1 $H eval-target --target runs/target-v3-copy5b/model --windows 119 \
+[ -f results/target_v3_copy5b.json ] || OMP_NUM_THREADS=1 $H eval-target --target runs/target-v3-copy5b/model --windows 119 \
   --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy5b.json
+
+#   H copy5c     600 more steps of copy5 from G's weights on a fresh schedule (lr 5e-4, 1 thread: the other core
+#                builds and tests), probes every 100 steps.
+[ -f runs/target-v3-copy5c/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy5b/model \
+  --curriculum copy5 --probe-every 100 --out runs/target-v3-copy5c --steps 600 --batch 4 --seq-len 2048 --lr 5e-4 \
+  --warmup 10 --checkpoint-every 25 --threads 1
+[ -f results/target_v3_copy5c.json ] || OMP_NUM_THREADS=1 $H eval-target --target runs/target-v3-copy5c/model --windows 119 \
+  --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy5c.json
