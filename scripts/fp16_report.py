@@ -8,7 +8,11 @@ target's own greedy output (PyTorch, eager) on the bench prompts: held-out files
 
 Per backend: `identical` is the share of prompts whose 64 tokens equal the fp32 target's, `agreement`
 the share of tokens equal at the same position, `prefix` the share generated before the first
-difference (a flip near a tie changes every token after it, so `agreement` alone undercounts).
+difference. A flip near a tie changes every token after it, so these count one flip many times;
+`teacher_forced` counts each token once: the fp32 target reads the fp16 loop's own output, and a token
+agrees when it is the fp32 target's argmax after that same prefix. `tie_margins` are the fp32 logit
+gaps (top-1 minus the fp16 loop's token) where they disagree: near-ties when they are small next to the
+backend's fp16 logit error in `validate`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import time
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 from hyflash.export.pipeline import ExportConfig, export
@@ -62,6 +67,7 @@ def main() -> None:
         row = {"bucket": list(bucket), "prompt_tokens": len(prompt), "fp32": reference}
         for backend, runtime in runtimes.items():
             row[backend] = run_once(runtime, prompt, "model", a.max_new_tokens).tokens
+            row[f"{backend}_tie_margins"] = tie_margins(target, prompt, row[backend])
         runs.append(row)
     report["runs"] = runs
     report["agreement"] = {b: agreement(runs, b) for b in runtimes}
@@ -69,8 +75,20 @@ def main() -> None:
     print(json.dumps({"validate_ok": report["validate_ok"], "agreement": report["agreement"]}, indent=1))
 
 
+@torch.no_grad()
+def tie_margins(target, prompt: list[int], tokens: list[int]) -> list[float]:
+    """The fp32 target reads prompt + tokens once; for each token that is not its argmax after the same
+    prefix, the gap between its top logit and that token's logit."""
+    logits, _ = target(torch.tensor([prompt + tokens[:-1]]))
+    logits = logits[0, len(prompt) - 1:]
+    chosen = logits[torch.arange(len(tokens)), torch.tensor(tokens)]
+    gaps = logits.max(dim=-1).values - chosen
+    return [round(g, 5) for g in gaps[logits.argmax(dim=-1) != torch.tensor(tokens)].tolist()]
+
+
 def agreement(runs: list[dict], backend: str) -> dict:
     same = total = prefix = identical = 0
+    margins = [m for r in runs for m in r[f"{backend}_tie_margins"]]
     for r in runs:
         ref, got = r["fp32"], r[backend]
         n = len(ref)
@@ -80,7 +98,8 @@ def agreement(runs: list[dict], backend: str) -> dict:
         identical += first == n and len(got) == n
         total += n
     return {"prompts": len(runs), "tokens": total, "identical": identical / len(runs), "agreement": same / total,
-            "prefix": prefix / total, "mismatch_rate": 1 - same / total}
+            "prefix": prefix / total, "mismatch_rate": 1 - same / total,
+            "teacher_forced": 1 - len(margins) / sum(len(r[backend]) for r in runs), "tie_margins": sorted(margins)}
 
 
 if __name__ == "__main__":
