@@ -7,11 +7,16 @@ is renamed into place, so a failed or killed export leaves no folder that passes
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
+import multiprocessing
 import os
 import platform
+import resource
 import shutil
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +39,9 @@ from hyflash.runtime_py.manifest import (FORMAT_VERSION, PTE_FILE, QUANTIZED_EMB
 from hyflash.train.loop import replace_folder
 
 FORMATS = ("onnx", "pte")
+# A target this large lowers its .pte in a process of its own, before this one holds the models: the
+# lowering's peak is then its own (Qwen3-1.7B: 22.0 GiB in one process with the ONNX graphs before it).
+PTE_OWN_PROCESS_PARAMS = 100_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +75,9 @@ class ExportConfig:
         if self.quantize_embeddings not in EMBEDDING_MODES:
             raise ValueError(f"--quantize-embeddings must be one of {', '.join(EMBEDDING_MODES)}, "
                              f"got {self.quantize_embeddings!r}")
+        if self.dtype == "bf16":
+            raise ValueError("--dtype bf16: neither CPU backend runs bf16 graphs (onnxruntime's CPU provider has no "
+                             "bf16 Gemm; XNNPACK leaves bf16 matmuls to ExecuTorch's portable kernels); use --dtype fp16")
         if self.dtype not in FLOAT_DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(FLOAT_DTYPES)}, got {self.dtype!r}")
         if self.dtype != "fp32" and (self.quantize, self.quantize_target, self.quantize_embeddings) != ("none",) * 3:
@@ -120,16 +131,24 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         raise ValueError(f"--prefill-chunk {cfg.prefill_chunk} does not fit the context ({max_context} rows, "
                          f"{VERIFY_ROWS} kept for a verify block); use --prefill-chunk <= {max_context - VERIFY_ROWS}")
     specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk, FLOAT_DTYPES[cfg.dtype])
+    pte_apart = "pte" in cfg.formats and sum(p.numel() for p in target.parameters()) >= PTE_OWN_PROCESS_PARAMS
 
     _remove_stale_partials(out)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     tmp.mkdir(parents=True)
     weights = None
     try:
+        if pte_apart:
+            target = drafter = None  # the models are loaded again once the .pte is written
+            gc.collect()
+            if progress:
+                print(f"export: {PTE_FILE} in a process of its own (a large target)", file=sys.stderr)
+            _pte_in_own_process(cfg, target_dir, max_context, tmp / PTE_FILE)
+            target, drafter = load_models(target_dir, cfg.drafter, cfg.window, cfg.seed)
         steps = [("drafter weights", None)]
         if "onnx" in cfg.formats:
             steps += [(f"onnx {name}", name) for name in specs]
-        if "pte" in cfg.formats:
+        if "pte" in cfg.formats and not pte_apart:
             steps += [(PTE_FILE, "pte")]
         bar = tqdm(steps, desc="export", disable=not progress, file=sys.stderr, dynamic_ncols=True)
         graphs = {name: {"model": s.model, "inputs": [t.to_json() for t in s.inputs],
@@ -152,14 +171,11 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                     specs[key], target, drafter, max_context, weights,
                     lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.quantize_embeddings, tables), mode,
                                             vocab_weight=vocab_weight))
-            else:  # one program: the drafter's view of the target's tables is the same bytes, stored once
-                export_pte(list(specs.values()), target, drafter, tmp / PTE_FILE, max_context,
-                           # the target in place: the .pte is the last use of its fp32 weights
-                           quantize=lambda m, model: quantize_module(m, cfg.mode(model), cfg.quantize_embeddings,
-                                                                     in_place=model == "target"),
-                           fuse_quantized=cfg.quantize_embeddings != "none")
-                for s in specs.values():
-                    graphs[s.name]["pte"] = {"file": PTE_FILE, "method": s.name}
+            else:
+                _pte(cfg, list(specs.values()), target, drafter, max_context, tmp / PTE_FILE)
+        if "pte" in cfg.formats:
+            for s in specs.values():
+                graphs[s.name]["pte"] = {"file": PTE_FILE, "method": s.name}
         if weights is not None:
             weights.close()
         generation = _talk_files(target_dir, tmp)
@@ -174,6 +190,40 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def _pte(cfg: ExportConfig, specs: list, target: Target, drafter: Drafter, max_context: int, path: Path) -> None:
+    """One program: the drafter's view of the target's tables is the same bytes, stored once. The target
+    is quantized in place: the .pte is the last use of its fp32 weights."""
+    export_pte(specs, target, drafter, path, max_context,
+               quantize=lambda m, model: quantize_module(m, cfg.mode(model), cfg.quantize_embeddings,
+                                                         in_place=model == "target"),
+               fuse_quantized=cfg.quantize_embeddings != "none")
+
+
+def _pte_in_own_process(cfg: ExportConfig, target_dir: Path, max_context: int, path: Path) -> None:
+    """`_pte` in a fresh process (spawned: nothing of this one's heap), which loads the models itself; an
+    error there is raised here."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            pool.submit(_pte_from_sources, cfg, target_dir, max_context, path, torch.get_num_threads()).result()
+        except BrokenProcessPool:
+            raise MemoryError(f"the process lowering {PTE_FILE} was killed (out of memory?); export --format onnx "
+                              "needs less, or free memory and run again") from None
+
+
+def _pte_from_sources(cfg: ExportConfig, target_dir: Path, max_context: int, path: Path, threads: int) -> None:
+    torch.set_num_threads(threads)
+    target, drafter = load_models(target_dir, cfg.drafter, cfg.window, cfg.seed)
+    if cfg.dtype == "fp16":
+        to_fp16(target), to_fp16(drafter)
+    specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk, FLOAT_DTYPES[cfg.dtype])
+    _pte(cfg, list(specs.values()), target, drafter, max_context, path)
+
+
+def peak_rss_bytes() -> int:
+    """The largest resident set of the export: this process's or the one that lowered the .pte."""
+    return max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) * 1024
 
 
 def _talk_files(target_dir: Path, tmp: Path) -> dict:

@@ -115,14 +115,21 @@ TABLE_BYTES = {"none": 4, "int8": 1 + 4 / 32, "int4": 0.5 + 4 / 32}
 
 
 def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: str = "none",
-                 quantize_target: str = "none", quantize_embeddings: str = "none") -> dict:
+                 quantize_target: str = "none", quantize_embeddings: str = "none", dtype: str = "fp32") -> dict:
     """Estimated bytes of an export's weights, per format, before anything is exported: parameters counted
     on the meta device, priced by how `hyflash export` stores them. ONNX: one weights file (a tied table
     stored once; quantized, the drafter's view of it too, while in fp32 the drafter's head is the table
     transposed). `.pte`: one program, each table stored once as a lookup and once as packed projection
-    weights; the drafter's view of them is the target's. Graph structure
-    (a few hundred KiB) is not counted."""
+    weights; the drafter's view of them is the target's. dtype fp16 (unquantized only, as `export`)
+    halves every float. Graph structure (a few hundred KiB) is not counted."""
     from torch import nn
+
+    if dtype not in ("fp32", "fp16"):
+        raise ValueError(f"--dtype must be fp32 or fp16, got {dtype!r}")
+    if dtype == "fp16" and (quantize, quantize_target, quantize_embeddings) != ("none",) * 3:
+        raise ValueError("--dtype fp16 with --quantize*: not supported (quantized exports keep fp32 around their "
+                         "integer weights); use --dtype fp32, or drop the --quantize options")
+    scale = DTYPE_BYTES[dtype] / 4
 
     target, drafter = _meta_models(target_cfg, drafter_overrides)
     v, h = target_cfg.vocab_size, target_cfg.hidden_size
@@ -162,5 +169,6 @@ def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: st
     for fmt in ("onnx", "pte"):
         target_b = t_lin * LINEAR_BYTES[fmt, qt] + t_rest * 4 + tables(fmt, "target")
         drafter_b = d_lin * LINEAR_BYTES[fmt, qd] + d_rest * 4 + tables(fmt, "drafter")
+        target_b, drafter_b = target_b * scale, drafter_b * scale
         out[fmt] = {"target": int(target_b), "drafter": int(drafter_b), "total": int(target_b + drafter_b)}
     return out

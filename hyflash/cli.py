@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 from pathlib import Path
 
@@ -45,7 +44,7 @@ def cmd_inspect(args) -> int:
     from hyflash.inspect import inspect_target, format_report
 
     report = inspect_target(args.target, args.max_context, args.drafter, args.quantize, args.quantize_target,
-                            args.quantize_embeddings)
+                            args.quantize_embeddings, args.dtype)
     _emit(args, report, lambda: format_report(report))
     return 0 if report["supported"] else EXIT_USAGE
 
@@ -53,7 +52,7 @@ def cmd_inspect(args) -> int:
 # ---------------------------------------------------------------- export / validate
 
 def cmd_export(args) -> int:
-    from hyflash.export.pipeline import ExportConfig, export
+    from hyflash.export.pipeline import ExportConfig, export, peak_rss_bytes
 
     formats = ("onnx", "pte") if args.format == "both" else (args.format,)
     cfg = ExportConfig(target=args.target, drafter=args.drafter, out=args.out, formats=formats, window=args.window,
@@ -64,7 +63,7 @@ def cmd_export(args) -> int:
     summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
                "max_context": manifest["max_context"], "window": manifest["window"],
                "bytes": {k: (Path(args.out) / k).stat().st_size for k in manifest["files"]},
-               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # Linux: KiB
+               "peak_rss_bytes": peak_rss_bytes()}
     _emit(args, summary, lambda: f"wrote {args.out}: {len(summary['graphs'])} graphs, drafter "
           f"{summary['drafter']}, context {summary['max_context']}, window {summary['window']}; "
           f"{sum(summary['bytes'].values()) / 2**20:,.1f} MiB; peak RSS {summary['peak_rss_bytes'] / 2**30:.2f} GiB")
@@ -569,6 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none", help="the drafter")
     p.add_argument("--quantize-target", choices=["none", "int4"], default="none")
     p.add_argument("--quantize-embeddings", choices=["none", "int8", "int4"], default="none")
+    p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32", help="as export --dtype")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 
@@ -584,8 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize-target", choices=["none", "int4"], default="none")
     p.add_argument("--quantize-embeddings", choices=["none", "int8", "int4"], default="none",
                    help="both models' vocabulary tables: embedding, LM head, Markov head")
-    p.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32",
-                   help="the graphs' float dtype, weights, I/O and KV cache alike")
+    p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32",
+                   help="the graphs' float dtype, weights, I/O and KV cache alike (bf16 is refused: no CPU backend "
+                        "here runs it)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--json", action="store_true")
@@ -777,6 +778,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as e:
         print(f"hyflash {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except MemoryError as e:
+        print(f"hyflash {args.command}: error: {e or 'out of memory'}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"hyflash {args.command}: interrupted", file=sys.stderr)
         return 130

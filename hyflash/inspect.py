@@ -11,7 +11,8 @@ from hyflash.models.loading import drafter_config_dict, load_target, resolve
 
 
 def inspect_target(folder: str | Path, max_context: int | None = None, drafter: str = "random",
-                   quantize: str = "none", quantize_target: str = "none", quantize_embeddings: str = "none") -> dict:
+                   quantize: str = "none", quantize_target: str = "none", quantize_embeddings: str = "none",
+                   dtype: str = "fp32") -> dict:
     """A report on the checkpoint; loads the weights (so shape mismatches surface here).
 
     Unreadable or inconsistent folders raise (one-line messages); a readable checkpoint that
@@ -42,22 +43,22 @@ def inspect_target(folder: str | Path, max_context: int | None = None, drafter: 
         "tokenizer": (folder / "tokenizer.json").is_file(),
         "supported": reason is None,
         "reason": reason,
-        "export": export_estimate(cfg, context, drafter, quantize, quantize_target, quantize_embeddings),
+        "export": export_estimate(cfg, context, drafter, quantize, quantize_target, quantize_embeddings, dtype),
     }
 
 
 def export_estimate(cfg: TargetConfig, context: int, drafter: str, quantize: str, quantize_target: str,
-                    quantize_embeddings: str) -> dict:
+                    quantize_embeddings: str, dtype: str = "fp32") -> dict:
     """File sizes by format (budget.export_sizes) and the device budget at `context` (`hyflash memory`'s,
-    with the KV cache in fp32 as exports keep it) for these export options."""
+    with the KV cache and the drafter's state in `dtype`, as exports keep them) for these export options."""
     overrides = {}
     if drafter != "random":
         overrides = dict(drafter_config_dict(resolve(drafter, "drafter"))["hyflash_drafter"])
         overrides = {k: v for k, v in overrides.items() if k not in ("hidden_size", "vocab_size", "taps")}
-    sizes = export_sizes(cfg, overrides, quantize, quantize_target, quantize_embeddings)
-    b = budget(cfg, context, overrides, kv_dtype="fp32")
+    sizes = export_sizes(cfg, overrides, quantize, quantize_target, quantize_embeddings, dtype)
+    b = budget(cfg, context, overrides, kv_dtype=dtype, state_dtype=dtype)
     return {"drafter": drafter, "quantize": quantize, "quantize_target": quantize_target,
-            "quantize_embeddings": quantize_embeddings, "bytes": sizes, "context": context,
+            "quantize_embeddings": quantize_embeddings, "dtype": dtype, "bytes": sizes, "context": context,
             "target_kv_bytes": b["target_kv_bytes"], "drafter_context_bytes": b["drafter_context_bytes"],
             "device_bytes": {fmt: sizes[fmt]["total"] + b["target_kv_bytes"] + b["drafter_context_bytes"]
                              for fmt in sizes}}
@@ -82,11 +83,11 @@ def format_report(r: dict) -> str:
     ]
     e = r["export"]
     mib = lambda n: f"{n / 2**20:,.1f} MiB"
-    lines.append(f"  export         drafter {e['drafter']}, quantize {e['quantize']} / target {e['quantize_target']} / "
-                 f"embeddings {e['quantize_embeddings']} (estimated before export):")
+    lines.append(f"  export         {e['dtype']}, drafter {e['drafter']}, quantize {e['quantize']} / target "
+                 f"{e['quantize_target']} / embeddings {e['quantize_embeddings']} (estimated before export):")
     for fmt, label in (("onnx", "ONNX"), (".pte", ".pte")):
         sz = e["bytes"][fmt.strip(".")]
         lines.append(f"    {label:<5} files {mib(sz['total'])} (target {mib(sz['target'])}, drafter {mib(sz['drafter'])}); "
-                     f"on a device with the fp32 KV cache at {e['context']:,} ({mib(e['target_kv_bytes'])}) and the "
+                     f"on a device with the {e['dtype']} KV cache at {e['context']:,} ({mib(e['target_kv_bytes'])}) and the "
                      f"drafter's context: {mib(e['device_bytes'][fmt.strip('.')])}")
     return "\n".join(lines)

@@ -63,3 +63,11 @@ def test_fp16_with_quantization_is_refused(qwen3_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--dtype fp16 with --quantize" in err[0]
     assert not (tmp_path / "q").exists() and not list(tmp_path.glob(".q.partial-*"))
+
+
+def test_bf16_is_refused_with_the_reason(qwen3_dir, tmp_path, capsys):
+    code = main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(tmp_path / "b"),
+                 "--format", "onnx", "--dtype", "bf16"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--dtype bf16" in err[0] and "use --dtype fp16" in err[0]
+    assert not (tmp_path / "b").exists() and not list(tmp_path.glob(".b.partial-*"))
