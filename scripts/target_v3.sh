@@ -77,3 +77,15 @@ stage() {  # name init curriculum steps stop_after batch seq_len threads probe_e
   --warmup 10 --checkpoint-every 25 --threads 1
 [ -f results/target_v3_copy5c.json ] || OMP_NUM_THREADS=1 $H eval-target --target runs/target-v3-copy5c/model --windows 119 \
   --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy5c.json
+
+#   H' copy6     the A/B beside H: 300 steps of copy6 (copy5 with 15% random-token rows) from G's weights, same lr
+#                and schedule length as H's first 300 steps would see with --steps 600 (1 thread, beside H).
+[ -f runs/target-v3-copy6/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy5b/model \
+  --curriculum copy6 --probe-every 100 --out runs/target-v3-copy6 --steps 600 --stop-after 300 --batch 4 --seq-len 2048 \
+  --lr 5e-4 --warmup 10 --checkpoint-every 25 --threads 1
+[ -f results/target_v3_copy6.json ] || OMP_NUM_THREADS=1 $H eval-target --target runs/target-v3-copy6/model --windows 119 \
+  --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy6.json
+
+# checkpoints/target-v3h: H's weights (bf16), kept in the repository
+[ -f checkpoints/target-v3h/config.json ] || { mkdir -p checkpoints/target-v3h && \
+  cp runs/target-v3-copy5c/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3h/; }

@@ -1,6 +1,6 @@
 """The second-generation target's stages (scripts/target_v3.sh) on one time axis: training loss,
 and the probes (distant-repeat copy rate, held-out loss, random-token induction accuracy).
-Usage: python scripts/target_v3_plot.py LOG_A ... LOG_E [LOG_F [LOG_G]] OUT.png (each a run's log.jsonl)."""
+Usage: python scripts/target_v3_plot.py LOG_A ... LOG_E [LOG_F [LOG_G [LOG_H]]] OUT.png (each a run's log.jsonl)."""
 
 import json
 import sys
@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 *logs, out = sys.argv[1:]
-names = ["A offset", "B induction", "C copy3", "D ngram", "E copy4", "F copy5", "G copy5b"]
+names = ["A offset", "B induction", "C copy3", "D ngram", "E copy4", "F copy5", "G copy5b", "H copy5c"]
 fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4))
 offset, probes = 0, []
 for name, path in zip(names, logs):
