@@ -63,6 +63,18 @@ TOLERANCES_FP16 = {"values": Tolerance(1e-3, 2e-2), "state": Tolerance(1e-3, 2e-
 FLOAT_DTYPES = {"fp32": "float32", "fp16": "float16"}  # export --dtype -> the graphs' float dtype
 
 
+def check_dtype(dtype: str, *quantize_modes: str) -> None:
+    """--dtype as export (and inspect's estimate of it) takes it: one line naming the fix otherwise."""
+    if dtype == "bf16":
+        raise ValueError("--dtype bf16: neither CPU backend runs bf16 graphs (onnxruntime's CPU provider has no "
+                         "bf16 Gemm; XNNPACK leaves bf16 matmuls to ExecuTorch's portable kernels); use --dtype fp16")
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(FLOAT_DTYPES)}, got {dtype!r}")
+    if dtype != "fp32" and any(m != "none" for m in quantize_modes):
+        raise ValueError(f"--dtype {dtype} with --quantize*: not supported (quantized exports keep fp32 "
+                         "around their integer weights); use --dtype fp32, or drop the --quantize options")
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphSpec:
     name: str

@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from hyflash import __version__
-from hyflash.export.graphs import FLOAT_DTYPES, cache_spec, graph_specs
+from hyflash.export.graphs import FLOAT_DTYPES, cache_spec, check_dtype, graph_specs
 from hyflash.export.lower import OnnxWeights, export_onnx_graph, export_pte
 from hyflash.export.quantize import (DRAFTER_MODES, EMBEDDING_MODES, TARGET_MODES, quantize_module, quantize_onnx,
                                      quantize_vocab_onnx)
@@ -75,14 +75,7 @@ class ExportConfig:
         if self.quantize_embeddings not in EMBEDDING_MODES:
             raise ValueError(f"--quantize-embeddings must be one of {', '.join(EMBEDDING_MODES)}, "
                              f"got {self.quantize_embeddings!r}")
-        if self.dtype == "bf16":
-            raise ValueError("--dtype bf16: neither CPU backend runs bf16 graphs (onnxruntime's CPU provider has no "
-                             "bf16 Gemm; XNNPACK leaves bf16 matmuls to ExecuTorch's portable kernels); use --dtype fp16")
-        if self.dtype not in FLOAT_DTYPES:
-            raise ValueError(f"--dtype must be one of {', '.join(FLOAT_DTYPES)}, got {self.dtype!r}")
-        if self.dtype != "fp32" and (self.quantize, self.quantize_target, self.quantize_embeddings) != ("none",) * 3:
-            raise ValueError(f"--dtype {self.dtype} with --quantize*: not supported (quantized exports keep fp32 "
-                             "around their integer weights); use --dtype fp32, or drop the --quantize options")
+        check_dtype(self.dtype, self.quantize, self.quantize_target, self.quantize_embeddings)
 
     def mode(self, model: str) -> str:
         return self.quantize if model == "drafter" else self.quantize_target

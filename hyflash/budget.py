@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from hyflash.export.graphs import check_dtype
 from hyflash.models.config import TargetConfig
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import resolve
@@ -124,11 +125,7 @@ def export_sizes(target_cfg: TargetConfig, drafter_overrides: dict, quantize: st
     halves every float. Graph structure (a few hundred KiB) is not counted."""
     from torch import nn
 
-    if dtype not in ("fp32", "fp16"):
-        raise ValueError(f"--dtype must be fp32 or fp16, got {dtype!r}")
-    if dtype == "fp16" and (quantize, quantize_target, quantize_embeddings) != ("none",) * 3:
-        raise ValueError("--dtype fp16 with --quantize*: not supported (quantized exports keep fp32 around their "
-                         "integer weights); use --dtype fp32, or drop the --quantize options")
+    check_dtype(dtype, quantize, quantize_target, quantize_embeddings)
     scale = DTYPE_BYTES[dtype] / 4
 
     target, drafter = _meta_models(target_cfg, drafter_overrides)

@@ -42,9 +42,14 @@ def embedded_tau() -> float:
 
 def run_json(args: list[str]) -> dict:
     out = subprocess.run(HYFLASH + args + ["--json"], capture_output=True, text=True)
-    if out.returncode:
-        sys.exit(f"hyflash {args[0]}: {(out.stderr.strip().splitlines() or ['failed'])[-1]}")
-    return json.loads(out.stdout)
+    return parsed(args, out.returncode, out.stdout, out.stderr)
+
+
+def parsed(args: list[str], code: int, stdout: str, stderr: str) -> dict:
+    """A hyflash command's --json output; its last error line (and exit) when it failed."""
+    if code:
+        sys.exit(f"hyflash {args[0]}: {(stderr.strip().splitlines() or ['failed'])[-1]}")
+    return json.loads(stdout)
 
 
 def tree_rss(root: int) -> int:
@@ -83,9 +88,7 @@ def run_json_sampled(args: list[str], every_s: float = 0.25) -> tuple[dict, int]
     sampler.start()
     stdout, stderr = proc.communicate()
     sampler.join()
-    if proc.returncode:
-        sys.exit(f"hyflash {args[0]}: {(stderr.strip().splitlines() or ['failed'])[-1]}")
-    return json.loads(stdout), peak[0]
+    return parsed(args, proc.returncode, stdout, stderr), peak[0]
 
 
 def sizes(files: dict[str, int]) -> dict[str, int]:

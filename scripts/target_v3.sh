@@ -30,30 +30,29 @@ mkdir -p runs results
 # the starting point: the step-1,000 weights as a target folder
 [ -f runs/target-v2-1000/config.json ] || $PY scripts/ckpt_to_target.py checkpoints/target-v2 runs/target-v2-1000
 
-stage() {  # name init curriculum steps stop_after batch seq_len threads probe_every warmup
+stage() {  # name init curriculum steps stop_after batch seq_len threads probe_every warmup (LR=..., default 1e-3)
   local out=runs/target-v3-$1
+  [ -f "$out/model/config.json" ] && return
   OMP_NUM_THREADS=$8 $H train-target --init-from "$2" --curriculum "$3" --probe-every "$9" --out "$out" \
-    --steps "$4" --stop-after "$5" --batch "$6" --seq-len "$7" --lr 1e-3 --warmup "${10}" --checkpoint-every 25 \
-    --threads "$8"
+    --steps "$4" --stop-after "$5" --batch "$6" --seq-len "$7" --lr "${LR:-1e-3}" --warmup "${10}" \
+    --checkpoint-every 25 --threads "$8"
 }
-[ -f runs/target-v3-offset/model/config.json ] || stage offset runs/target-v2-1000 offset 300 125 16 256 1 50 10
-[ -f runs/target-v3-induction/model/config.json ] || \
-  stage induction runs/target-v3-offset/model induction 400 200 16 256 1 25 10
-[ -f runs/target-v3-copy3/model/config.json ] || stage copy3 runs/target-v3-induction/model copy3 450 175 4 2048 2 50 20
-[ -f runs/target-v3-ngram/model/config.json ] || stage ngram runs/target-v3-copy3/model ngram 200 125 16 256 2 50 10
-[ -f runs/target-v3-copy4/model/config.json ] || stage copy4 runs/target-v3-ngram/model copy4 200 200 4 2048 2 50 10
-
-# after: the measurement of results/target_v2_before.json on the result
-[ -f results/target_v3_after.json ] || OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy4/model --windows 119 \
-  --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_after.json
+evaluate() {  # stage-name result.json threads: the measurement of results/target_v2_before.json
+  [ -f "results/$2" ] && return
+  OMP_NUM_THREADS=$3 $H eval-target --target "runs/target-v3-$1/model" --windows 119 \
+    --copy-fillers 256,768,1536 --copy-probes 16 --json > "results/$2"
+}
+stage offset runs/target-v2-1000 offset 300 125 16 256 1 50 10
+stage induction runs/target-v3-offset/model induction 400 200 16 256 1 25 10
+stage copy3 runs/target-v3-induction/model copy3 450 175 4 2048 2 50 20
+stage ngram runs/target-v3-copy3/model ngram 200 125 16 256 2 50 10
+stage copy4 runs/target-v3-ngram/model copy4 200 200 4 2048 2 50 10
+evaluate copy4 target_v3_after.json 2
 
 #   F copy5      250 steps, 4 rows x 2,048 tokens, lr 5e-4, 1 thread: natural repeats in 80% of rows, copies 8x,
 #                no random rows. Greedy copy 12/11/10% -> 26/25/31%; checkpoints/target-v3 is this model.
-[ -f runs/target-v3-copy5/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy4/model \
-  --curriculum copy5 --probe-every 50 --out runs/target-v3-copy5 --steps 250 --batch 4 --seq-len 2048 --lr 5e-4 \
-  --warmup 10 --checkpoint-every 25 --threads 1
-[ -f results/target_v3_copy5.json ] || OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy5/model --windows 119 \
-  --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy5.json
+LR=5e-4 stage copy5 runs/target-v3-copy4/model copy5 250 250 4 2048 1 50 10
+evaluate copy5 target_v3_copy5.json 2
 
 # (tried, not kept): 150 more steps of copy4 on a fresh schedule changed nothing measurable
 #   $H train-target --init-from runs/target-v3-copy4/model --curriculum copy4 --probe-every 50 \
@@ -64,27 +63,18 @@ stage() {  # name init curriculum steps stop_after batch seq_len threads probe_e
 
 #   G copy5b     400 more steps of copy5 from F's weights on a fresh schedule (lr 5e-4, 1 thread; the other core
 #                was in use), with the probes every 100 steps.
-[ -f runs/target-v3-copy5b/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy5/model \
-  --curriculum copy5 --probe-every 100 --out runs/target-v3-copy5b --steps 400 --batch 4 --seq-len 2048 --lr 5e-4 \
-  --warmup 10 --checkpoint-every 25 --threads 1
-[ -f results/target_v3_copy5b.json ] || OMP_NUM_THREADS=1 $H eval-target --target runs/target-v3-copy5b/model --windows 119 \
-  --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy5b.json
+LR=5e-4 stage copy5b runs/target-v3-copy5/model copy5 400 400 4 2048 1 100 10
+evaluate copy5b target_v3_copy5b.json 1
 
 #   H copy5c     600 more steps of copy5 from G's weights on a fresh schedule (lr 5e-4, 1 thread: the other core
 #                builds and tests), probes every 100 steps.
-[ -f runs/target-v3-copy5c/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy5b/model \
-  --curriculum copy5 --probe-every 100 --out runs/target-v3-copy5c --steps 600 --batch 4 --seq-len 2048 --lr 5e-4 \
-  --warmup 10 --checkpoint-every 25 --threads 1
-[ -f results/target_v3_copy5c.json ] || OMP_NUM_THREADS=1 $H eval-target --target runs/target-v3-copy5c/model --windows 119 \
-  --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy5c.json
+LR=5e-4 stage copy5c runs/target-v3-copy5b/model copy5 600 600 4 2048 1 100 10
+evaluate copy5c target_v3_copy5c.json 1
 
 #   H' copy6     the A/B beside H: 300 steps of copy6 (copy5 with 15% random-token rows) from G's weights, same lr
 #                and schedule length as H's first 300 steps would see with --steps 600 (1 thread, beside H).
-[ -f runs/target-v3-copy6/model/config.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy5b/model \
-  --curriculum copy6 --probe-every 100 --out runs/target-v3-copy6 --steps 600 --stop-after 300 --batch 4 --seq-len 2048 \
-  --lr 5e-4 --warmup 10 --checkpoint-every 25 --threads 1
-[ -f results/target_v3_copy6.json ] || OMP_NUM_THREADS=1 $H eval-target --target runs/target-v3-copy6/model --windows 119 \
-  --copy-fillers 256,768,1536 --copy-probes 16 --json > results/target_v3_copy6.json
+LR=5e-4 stage copy6 runs/target-v3-copy5b/model copy6 600 300 4 2048 1 100 10
+evaluate copy6 target_v3_copy6.json 1
 
 # checkpoints/target-v3h: H's weights (bf16), kept in the repository
 [ -f checkpoints/target-v3h/config.json ] || { mkdir -p checkpoints/target-v3h && \
