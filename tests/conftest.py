@@ -66,8 +66,25 @@ def qwen3_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def both_formats(qwen3_dir, tmp_path_factory):
-    """The one export in the fast suite that lowers to .pte too (random mamba2 drafter)."""
-    return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("exp") / "both", "both")
+    """The one export in the fast suite that lowers to .pte too (random mamba2 drafter). Its .pte is lowered
+    the way a large target's is, in a spawned process that loads the models itself, so every ExecuTorch test
+    runs on a program made by that path (`test_pte_lowered_in_its_own_process_is_the_same_program`, slow,
+    checks it is byte for byte the in-process one; lowering twice would cost the fast suite 90 s)."""
+    from hyflash.export import pipeline
+
+    limit, lower_apart, apart = pipeline.PTE_OWN_PROCESS_PARAMS, pipeline._pte_in_own_process, []
+
+    def counted(*args):
+        apart.append(args)
+        return lower_apart(*args)
+
+    pipeline.PTE_OWN_PROCESS_PARAMS, pipeline._pte_in_own_process = 0, counted
+    try:
+        out = export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("exp") / "both", "both")
+    finally:
+        pipeline.PTE_OWN_PROCESS_PARAMS, pipeline._pte_in_own_process = limit, lower_apart
+    assert len(apart) == 1  # the .pte really came from the spawned process
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -212,13 +212,11 @@ def test_other_architectures_both_formats(variant, tmp_path):
             assert [t for new in runtime.generate(prompt, cfg) for t in new] == ref, (backend, draft)
 
 
-def test_pte_lowered_in_its_own_process_is_the_same_program(qwen3_dir, both_formats, tmp_path, monkeypatch):
+@pytest.mark.slow  # a second lowering (the fast suite's .pte, `both_formats`, comes from the spawned process)
+def test_pte_lowered_in_its_own_process_is_the_same_program(qwen3_dir, both_formats, tmp_path):
     """A large target's .pte is lowered in a spawned process that loads the models itself: its program
     is byte for byte the one lowered in process (same target, same seeded random drafter)."""
-    from hyflash.export import pipeline
-
-    monkeypatch.setattr(pipeline, "PTE_OWN_PROCESS_PARAMS", 0)
-    apart = _export(qwen3_dir, "random", tmp_path / "apart", "pte")
-    assert (apart / PTE_FILE).read_bytes() == (both_formats / PTE_FILE).read_bytes()
-    ours, theirs = (json.loads((f / "manifest.json").read_text()) for f in (apart, both_formats))
+    here = _export(qwen3_dir, "random", tmp_path / "here", "pte")  # the tiny target: lowered in this process
+    assert (here / PTE_FILE).read_bytes() == (both_formats / PTE_FILE).read_bytes()
+    ours, theirs = (json.loads((f / "manifest.json").read_text()) for f in (here, both_formats))
     assert {g: v["pte"] for g, v in ours["graphs"].items()} == {g: v["pte"] for g, v in theirs["graphs"].items()}
