@@ -75,7 +75,16 @@ evaluate copy5c target_v3_copy5c.json 1
 #                and schedule length as H's first 300 steps would see with --steps 600 (1 thread, beside H).
 LR=5e-4 stage copy6 runs/target-v3-copy5b/model copy6 600 300 4 2048 1 100 10
 evaluate copy6 target_v3_copy6.json 1
+#   H' continued: the same run resumed to its full 600 steps (no --stop-after), then measured again. It equals or
+#                beats H on every measure and keeps random-token induction: the second-generation target.
+[ -f results/target_v3_copy6_600.json ] || OMP_NUM_THREADS=1 $H train-target --init-from runs/target-v3-copy5b/model \
+  --curriculum copy6 --probe-every 100 --out runs/target-v3-copy6 --steps 600 --batch 4 --seq-len 2048 --lr 5e-4 \
+  --warmup 10 --checkpoint-every 25 --threads 1
+evaluate copy6 target_v3_copy6_600.json 1
 
 # checkpoints/target-v3h: H's weights (bf16), kept in the repository
 [ -f checkpoints/target-v3h/config.json ] || { mkdir -p checkpoints/target-v3h && \
   cp runs/target-v3-copy5c/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3h/; }
+# checkpoints/target-v3h-copy6: H' at 600 steps (bf16), the second-generation target (scripts/reference_v2.sh)
+[ -f checkpoints/target-v3h-copy6/config.json ] || { mkdir -p checkpoints/target-v3h-copy6 && \
+  cp runs/target-v3-copy6/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3h-copy6/; }
