@@ -26,9 +26,21 @@ drafter() {  # name, steps, then train-drafter flags
 drafter hyflash "$STEPS" --memory mamba2 --window 128 & drafter swa "$STEPS" --memory off --window 128 & wait
 drafter gdn "$GDN_STEPS" --memory gated_deltanet --window 128 & drafter full "$STEPS" --memory off --window full & wait
 
-# hybrid drafting's constants, from the regenerated training text (never from bench prompts)
+# hybrid drafting's constants for the HyFlash drafter, from the regenerated training text (never bench prompts)
+[ -f "$OUT/drafter-hyflash/model/hybrid.json" ] ||
+  $H calibrate --drafter "$OUT/drafter-hyflash/model" --target "$TARGET" --data "$OUT/regen" --threads 2 \
+    --plot "$OUT/drafter-hyflash/reliability.png" --json > "$OUT/drafter-hyflash/calibration.json"
+
+# exports (ONNX, fp32, the target's default context) and the bench: held-out prompts, 16 per bucket,
+# 64 tokens, greedy and at T = 1, the four drafters beside prompt-lookup, hybrid and target-only
+exports=()
 for name in hyflash swa gdn full; do
-  [ -f "$OUT/drafter-$name/model/hybrid.json" ] ||
-    $H calibrate --drafter "$OUT/drafter-$name/model" --target "$TARGET" --data "$OUT/regen" --threads 2 \
-      --plot "$OUT/drafter-$name/reliability.png" --json > "$OUT/drafter-$name/calibration.json"
+  [ -f "$OUT/export-$name/manifest.json" ] ||
+    $H export --target "$TARGET" --drafter "$OUT/drafter-$name/model" --out "$OUT/export-$name" --format onnx --force
+  exports+=("$OUT/export-$name")
+done
+for t in 0 1; do
+  [ -f "$OUT/bench_t$t.json" ] ||
+    $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket 16 --max-new-tokens 64 \
+      --temperature "$t" --seed 0 --threads 2 --plot "$OUT/bench_t$t.png" --json > "$OUT/bench_t$t.json"
 done

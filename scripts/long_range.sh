@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 15: the paper's long-range evidence at this project's scale, on the second-generation pair
+# (scripts/reference_v2.sh first: its target, regenerated text, drafters and exports are reused).
+# - Ablations, trained with the embedded drafters' recipe on a smaller budget (ABL_STEPS, 1,500): HyFlash
+#   without attention among draft slots, a one-layer HyFlash, and the window drafter with HyFlash's
+#   parameter count (MLP 816: 2.107 M parameters against 2.105 M; memory off). The history-limited
+#   HyFlash (memory of the last 256 features only) is the trained HyFlash run on the eager backend.
+# - The evidence probes (nearby / distant, fillers 256 / 768 / 1,536, 8 probes each) for every drafter.
+# - The paper's table: tau by context bucket up to the target's 2,048 for full attention (trained at 512),
+#   window, HyFlash, Gated DeltaNet and prompt-lookup, greedy and at T = 1: reference_v2.sh's bench.
+# Every step resumes where it stopped; rerun the script to continue.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+H=.venv/bin/hyflash
+TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=${OUT:-runs/long-range}
+ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe}
+mkdir -p "$OUT" results
+[ -f "$V2/export-hyflash/manifest.json" ] || { echo "run scripts/reference_v2.sh first ($V2)" >&2; exit 2; }
+
+ablation() {  # name, then train-drafter flags
+  local name=$1; shift
+  $H train-drafter --target "$TARGET" --data "$V2/regen" --out "$OUT/drafter-$name" "$@" --window 128 \
+    --markov-rank 32 --steps "$ABL_STEPS" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
+  [ -f "$OUT/export-$name/manifest.json" ] ||
+    $H export --target "$TARGET" --drafter "$OUT/drafter-$name/model" --out "$OUT/export-$name" --format onnx \
+      --force
+}
+ablation hyflash-noslot --memory mamba2 --intermediate-size 512 --no-slot-attention &
+ablation hyflash-1layer --memory mamba2 --intermediate-size 512 --layers 1 & wait
+ablation swa-matched --memory off --intermediate-size 816
+
+exports=("$V2/export-hyflash" "$V2/export-swa" "$V2/export-gdn" "$V2/export-full"
+         "$OUT/export-hyflash-noslot" "$OUT/export-hyflash-1layer" "$OUT/export-swa-matched")
+[ -f "$RESULT.json" ] ||
+  $H probe "${exports[@]}" --distances 256,768,1536 --prompts 8 --threads 2 --memory-history 256 \
+    --out "$RESULT.json" --plot "$RESULT.png"
