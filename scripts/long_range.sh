@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Issue 15: the paper's long-range evidence at this project's scale, on the second-generation pair
 # (scripts/reference_v2.sh first: its target, regenerated text, drafters and exports are reused).
-# - Ablations, trained with the embedded drafters' recipe on a smaller budget (ABL_STEPS, 1,500): HyFlash
-#   without attention among draft slots, a one-layer HyFlash, and the window drafter with HyFlash's
-#   parameter count (MLP 816: 2.107 M parameters against 2.105 M; memory off). The history-limited
-#   HyFlash (memory of the last 256 features only) is the trained HyFlash run on the eager backend.
-# - The evidence probes (nearby / distant, fillers 256 / 768 / 1,536, 8 probes each) for every drafter.
+# - Ablations, trained with the embedded drafters' recipe on a smaller budget (ABL_STEPS, 1,500), beside
+#   HyFlash retrained on that same budget (hyflash-base), so that each comparison is at equal steps:
+#   HyFlash without attention among draft slots, a one-layer HyFlash, and the window drafter with HyFlash's
+#   parameter count (MLP 816: 2.107 M parameters against HyFlash's 2.105 M; memory off). The
+#   history-limited HyFlash (memory of the last 256 features only) is the trained HyFlash run again on the
+#   eager backend (`probe --memory-history 256`).
+# - The evidence probes (nearby / distant, fillers 256 / 768 / 1,536, 8 probes each): the four second-
+#   generation drafters with the history-limited HyFlash ($RESULT.json), then the ablations
+#   (${RESULT}_ablations.json; the same seeded probes, so the two files' rows compare).
 # - The paper's table: tau by context bucket up to the target's 2,048 for full attention (trained at 512),
 #   window, HyFlash, Gated DeltaNet and prompt-lookup, greedy and at T = 1: reference_v2.sh's bench.
 # Every step resumes where it stopped; rerun the script to continue.
@@ -15,22 +19,30 @@ H=.venv/bin/hyflash
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=${OUT:-runs/long-range}
 ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe}
 mkdir -p "$OUT" results
-[ -f "$V2/export-hyflash/manifest.json" ] || { echo "run scripts/reference_v2.sh first ($V2)" >&2; exit 2; }
+[ -f "$V2/bench_t1.json" ] || { echo "run scripts/reference_v2.sh to its end first ($V2)" >&2; exit 2; }
 
-ablation() {  # name, then train-drafter flags
+ablation() {  # name, then train-drafter flags; a finished run is left alone
   local name=$1; shift
-  $H train-drafter --target "$TARGET" --data "$V2/regen" --out "$OUT/drafter-$name" "$@" --window 128 \
-    --markov-rank 32 --steps "$ABL_STEPS" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
+  [ -f "$OUT/drafter-$name/model/config.json" ] ||
+    $H train-drafter --target "$TARGET" --data "$V2/regen" --out "$OUT/drafter-$name" "$@" --window 128 \
+      --markov-rank 32 --steps "$ABL_STEPS" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
   [ -f "$OUT/export-$name/manifest.json" ] ||
-    $H export --target "$TARGET" --drafter "$OUT/drafter-$name/model" --out "$OUT/export-$name" --format onnx \
-      --force
+    $H export --target "$TARGET" --drafter "$OUT/drafter-$name/model" --out "$OUT/export-$name" --format onnx --force
 }
-ablation hyflash-noslot --memory mamba2 --intermediate-size 512 --no-slot-attention &
-ablation hyflash-1layer --memory mamba2 --intermediate-size 512 --layers 1 & wait
-ablation swa-matched --memory off --intermediate-size 816
+pair() {  # two background runs; fails if either does
+  local a b
+  ablation $1 & a=$!
+  ablation $2 & b=$!
+  wait $a && wait $b
+}
+pair "hyflash-base --memory mamba2 --intermediate-size 512" "hyflash-noslot --memory mamba2 --intermediate-size 512 --no-slot-attention"
+pair "hyflash-1layer --memory mamba2 --intermediate-size 512 --layers 1" "swa-matched --memory off --intermediate-size 816"
 
-exports=("$V2/export-hyflash" "$V2/export-swa" "$V2/export-gdn" "$V2/export-full"
-         "$OUT/export-hyflash-noslot" "$OUT/export-hyflash-1layer" "$OUT/export-swa-matched")
-[ -f "$RESULT.json" ] ||
-  $H probe "${exports[@]}" --distances 256,768,1536 --prompts 8 --threads 2 --memory-history 256 \
-    --out "$RESULT.json" --plot "$RESULT.png"
+probe() {  # result, then export folders and probe flags
+  local f=$1; shift
+  [ -f "$f.json" ] && return
+  $H probe "$@" --distances 256,768,1536 --prompts 8 --threads 2 --out "$f.partial.json" --plot "$f.png"
+  mv "$f.partial.json" "$f.json"
+}
+probe "$RESULT" "$V2"/export-{hyflash,swa,gdn,full} --memory-history 256
+probe "${RESULT}_ablations" "$OUT"/export-{hyflash-base,hyflash-noslot,hyflash-1layer,swa-matched}

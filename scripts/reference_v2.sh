@@ -18,13 +18,20 @@ mkdir -p "$OUT"
 $H regenerate --target "$TARGET" --prompts-from data/corpus --out "$OUT/regen" --tokens "$TOKENS" --batch 64 \
   --greedy-share 0.5 --temperature 1.0 --prompt-len 64..384 --seq-len 512 --threads 2 2>> "$OUT/regen.log"
 
-drafter() {  # name, steps, then train-drafter flags
+drafter() {  # name, steps, then train-drafter flags; a finished run (its model/ written) is left alone
   local name=$1 steps=$2; shift 2
+  [ -f "$OUT/drafter-$name/model/config.json" ] && return
   $H train-drafter --target "$TARGET" --data "$OUT/regen" --out "$OUT/drafter-$name" "$@" \
     --intermediate-size 512 --markov-rank 32 --steps "$steps" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
 }
-drafter hyflash "$STEPS" --memory mamba2 --window 128 & drafter swa "$STEPS" --memory off --window 128 & wait
-drafter gdn "$GDN_STEPS" --memory gated_deltanet --window 128 & drafter full "$STEPS" --memory off --window full & wait
+pair() {  # two background runs; fails if either does (a bare `wait` would not)
+  local a b
+  drafter $1 & a=$!
+  drafter $2 & b=$!
+  wait $a && wait $b
+}
+pair "hyflash $STEPS --memory mamba2 --window 128" "swa $STEPS --memory off --window 128"
+pair "gdn $GDN_STEPS --memory gated_deltanet --window 128" "full $STEPS --memory off --window full"
 
 # hybrid drafting's constants for the HyFlash drafter, from the regenerated training text (never bench prompts)
 [ -f "$OUT/drafter-hyflash/model/hybrid.json" ] ||
@@ -39,8 +46,10 @@ for name in hyflash swa gdn full; do
     $H export --target "$TARGET" --drafter "$OUT/drafter-$name/model" --out "$OUT/export-$name" --format onnx --force
   exports+=("$OUT/export-$name")
 done
-for t in 0 1; do
-  [ -f "$OUT/bench_t$t.json" ] ||
-    $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket 16 --max-new-tokens 64 \
-      --temperature "$t" --seed 0 --threads 2 --plot "$OUT/bench_t$t.png" --json > "$OUT/bench_t$t.json"
+for t in 0 1; do  # written under a temporary name first: a failed bench leaves nothing that looks done
+  f=$OUT/bench_t$t.json
+  [ -f "$f" ] && continue
+  $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket 16 --max-new-tokens 64 \
+    --temperature "$t" --seed 0 --threads 2 --plot "$OUT/bench_t$t.png" --json > "$f.partial"
+  mv "$f.partial" "$f"
 done
