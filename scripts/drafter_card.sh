@@ -1,38 +1,52 @@
 #!/usr/bin/env bash
-# After the drafter runs of scripts/reference.sh: install each drafter as embedded reference data
-# (config + bf16 weights in the package; its training log and loss curve beside the model card), export each with the reference target,
-# and measure held-out acceptance by context bucket with `hyflash bench` (the model card's table).
+# After the drafter runs of scripts/reference.sh (or reference_v2.sh): install each drafter as embedded
+# reference data (config, bf16 weights and hybrid.json if calibrated, in the package; its training log and
+# loss curve beside the model card), export each with the reference target, and measure held-out
+# acceptance by context bucket with `hyflash bench`, greedy and at T = 1 (the model card's tables).
 # Usage: scripts/drafter_card.sh [NAMES...]   (default: hyflash swa full gdn)
 #        INSTALL=0 scripts/drafter_card.sh     (re-measure the embedded drafters: no install from runs/)
+#        RUNS=runs/reference-v2 TARGET_SRC=checkpoints/target-v3h-copy6 scripts/drafter_card.sh
+#                                              (the second generation: the target installed too)
+# Exports go to $EXPORTS-<name> (default runs/exports/v2-<name>): delete them after installing new weights.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
+RUNS=${RUNS:-runs} EXPORTS=${EXPORTS:-runs/exports/v2} PROMPTS=${PROMPTS:-8}
 names=("$@")
 [ $# -gt 0 ] || names=(hyflash swa full gdn)
+if [ "${INSTALL:-1}" != 0 ] && [ -n "${TARGET_SRC:-}" ]; then
+  cp "$TARGET_SRC"/{config.json,model.safetensors,tokenizer.json} hyflash/reference/target/
+fi
 exports=()
 for name in "${names[@]}"; do
   if [ "${INSTALL:-1}" != 0 ]; then
-    dest=hyflash/reference/drafter-$name card=docs/reference/drafter-$name
+    src=$RUNS/drafter-$name dest=hyflash/reference/drafter-$name card=docs/reference/drafter-$name
     mkdir -p "$dest" "$card"
-    cp "runs/drafter-$name/model/config.json" "runs/drafter-$name/model/model.safetensors" "$dest/"
-    cp "runs/drafter-$name/log.jsonl" "$card/train_log.jsonl"
+    rm -f "$dest/hybrid.json"
+    cp "$src/model/config.json" "$src/model/model.safetensors" "$dest/"
+    [ ! -f "$src/model/hybrid.json" ] || cp "$src/model/hybrid.json" "$dest/"
+    cp "$src/log.jsonl" "$card/train_log.jsonl"
     .venv/bin/python -c "
 from pathlib import Path; import json
 from hyflash.train.evaluate import plot_training_log
-print(json.dumps(plot_training_log(Path('runs/drafter-$name/log.jsonl'), Path('$card/loss_curve.png'), 'drafter $name')))
+print(json.dumps(plot_training_log(Path('$src/log.jsonl'), Path('$card/loss_curve.png'), 'drafter $name')))
 " > "$card/train_summary.json"
   fi
   ref=reference$([ "$name" = hyflash ] || echo "-$name")
-  [ -f "runs/exports/v2-$name/manifest.json" ] ||
-    $H export --target reference --drafter "$ref" --out "runs/exports/v2-$name" --format onnx --force
-  exports+=("runs/exports/v2-$name")
+  [ -f "$EXPORTS-$name/manifest.json" ] ||
+    $H export --target reference --drafter "$ref" --out "$EXPORTS-$name" --format onnx --force
+  exports+=("$EXPORTS-$name")
 done
 # the int4 HyFlash drafter (ONNX MatMulNBits) beside the fp32 ones: how much tau quantization costs
-[ -f runs/exports/v2-hyflash-int4/manifest.json ] ||
-  $H export --target reference --drafter reference --out runs/exports/v2-hyflash-int4 --format onnx --quantize int4 --force
-exports+=(runs/exports/v2-hyflash-int4)
-$H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket "${PROMPTS:-8}" --max-new-tokens 64 \
-  --threads 2 --plot docs/reference/bench.png --json > docs/reference/bench.json
-.venv/bin/python -c "
+[ -f "$EXPORTS-hyflash-int4/manifest.json" ] ||
+  $H export --target reference --drafter reference --out "$EXPORTS-hyflash-int4" --format onnx --quantize int4 --force
+exports+=("$EXPORTS-hyflash-int4")
+for t in 0 1; do  # greedy (bench.json) and sampled at T = 1 (bench_t1.json), seeded
+  out=docs/reference/bench$([ "$t" = 0 ] || echo "_t$t")
+  $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket "$PROMPTS" --max-new-tokens 64 \
+    --temperature "$t" --seed 0 --threads 2 --plot "$out.png" --json > "$out.json.partial"
+  mv "$out.json.partial" "$out.json"
+  .venv/bin/python -c "
 import json; from hyflash.runtime_py.bench import format_results, markdown_tables
-r = json.load(open('docs/reference/bench.json')); print(format_results(r)); print(); print(markdown_tables(r))"
+r = json.load(open('$out.json')); print(format_results(r)); print(); print(markdown_tables(r))"
+done

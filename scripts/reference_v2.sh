@@ -38,18 +38,5 @@ pair "gdn $GDN_STEPS --memory gated_deltanet --window 128" "full $STEPS --memory
   $H calibrate --drafter "$OUT/drafter-hyflash/model" --target "$TARGET" --data "$OUT/regen" --threads 2 \
     --plot "$OUT/drafter-hyflash/reliability.png" --json > "$OUT/drafter-hyflash/calibration.json"
 
-# exports (ONNX, fp32, the target's default context) and the issue's bench: held-out prompts, 16 per bucket,
-# 64 tokens, greedy and at T = 1, the four drafters beside prompt-lookup, hybrid and target-only
-exports=()
-for name in hyflash swa gdn full; do
-  [ -f "$OUT/export-$name/manifest.json" ] ||
-    $H export --target "$TARGET" --drafter "$OUT/drafter-$name/model" --out "$OUT/export-$name" --format onnx --force
-  exports+=("$OUT/export-$name")
-done
-for t in 0 1; do  # written under a temporary name first: a failed bench leaves nothing that looks done
-  f=$OUT/bench_t$t.json
-  [ -f "$f" ] && continue
-  $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket 16 --max-new-tokens 64 \
-    --temperature "$t" --seed 0 --threads 2 --plot "$OUT/bench_t$t.png" --json > "$f.partial"
-  mv "$f.partial" "$f"
-done
+# then: RUNS=runs/reference-v2 TARGET_SRC=checkpoints/target-v3h-copy6 scripts/drafter_card.sh installs the target
+# and the four drafters as the embedded pair and measures them (greedy and T = 1)
