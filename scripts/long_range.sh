@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
+source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=${OUT:-runs/long-range}
 ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe}
 mkdir -p "$OUT" results
@@ -29,14 +30,8 @@ ablation() {  # name, then train-drafter flags; a finished run is left alone
   [ -f "$OUT/export-$name/manifest.json" ] ||
     $H export --target "$TARGET" --drafter "$OUT/drafter-$name/model" --out "$OUT/export-$name" --format onnx --force
 }
-pair() {  # two background runs; fails if either does
-  local a b
-  ablation $1 & a=$!
-  ablation $2 & b=$!
-  wait $a && wait $b
-}
-pair "hyflash-base --memory mamba2 --intermediate-size 512" "hyflash-noslot --memory mamba2 --intermediate-size 512 --no-slot-attention"
-pair "hyflash-1layer --memory mamba2 --intermediate-size 512 --layers 1" "swa-matched --memory off --intermediate-size 816"
+both ablation "hyflash-base --memory mamba2 --intermediate-size 512" "hyflash-noslot --memory mamba2 --intermediate-size 512 --no-slot-attention"
+both ablation "hyflash-1layer --memory mamba2 --intermediate-size 512 --layers 1" "swa-matched --memory off --intermediate-size 816"
 
 probe() {  # result, then export folders and probe flags
   local f=$1; shift

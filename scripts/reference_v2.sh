@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
+source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} OUT=${OUT:-runs/reference-v2}
 STEPS=${STEPS:-3000} GDN_STEPS=${GDN_STEPS:-2000} TOKENS=${TOKENS:-1000000}
 mkdir -p "$OUT"
@@ -25,14 +26,8 @@ drafter() {  # name, steps, then train-drafter flags; a finished run (its model/
   $H train-drafter --target "$TARGET" --data "$OUT/regen" --out "$OUT/drafter-$name" "$@" \
     --intermediate-size 512 --markov-rank 32 --steps "$steps" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
 }
-pair() {  # two background runs; fails if either does (a bare `wait` would not)
-  local a b
-  drafter $1 & a=$!
-  drafter $2 & b=$!
-  wait $a && wait $b
-}
-pair "hyflash $STEPS --memory mamba2 --window 128" "swa $STEPS --memory off --window 128"
-pair "gdn $GDN_STEPS --memory gated_deltanet --window 128" "full $STEPS --memory off --window full"
+both drafter "hyflash $STEPS --memory mamba2 --window 128" "swa $STEPS --memory off --window 128"
+both drafter "gdn $GDN_STEPS --memory gated_deltanet --window 128" "full $STEPS --memory off --window full"
 
 # hybrid drafting's constants for the HyFlash drafter, from the regenerated training text (never bench prompts)
 [ -f "$OUT/drafter-hyflash/model/hybrid.json" ] ||
