@@ -62,14 +62,7 @@ class OrtBackend(Backend):
         for g, spec in contract.graphs.items():
             if not spec.get("onnx"):
                 continue
-            opts = ort.SessionOptions()
-            if threads:
-                opts.intra_op_num_threads = threads
-            opts.log_severity_level = 3
-            # Six sessions take turns, each with its own intra-op pool: a pool whose threads spin after
-            # a call steals the cores from the next session's (measured: verify 3x slower on 2 cores).
-            # (One process-wide pool that spins measured within noise of this, in the loop: not taken.)
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            opts = ort_session_options(ort, spec["model"], threads)
             session = ort.InferenceSession(str(folder / spec["onnx"]), opts, providers=["CPUExecutionProvider"])
             declared = _declared_io(contract, g, onnx_cache=True)
             for kind, actual in (("inputs", session.get_inputs()), ("outputs", session.get_outputs())):
@@ -100,6 +93,21 @@ class OrtBackend(Backend):
         call = Call(inputs, outputs, lambda: session.run_with_iobinding(io))
         call.held = held
         return call
+
+
+def ort_session_options(ort, model: str, threads: int | None):
+    """The options of one graph's session. Six sessions take turns in the loop, each with its own
+    intra-op pool, and a pool whose threads spin after a call steals the cores from the next session's
+    (measured: verify 3x slower on 2 cores). So only the target's graphs get a pool, which spins (its
+    graphs are many small nodes: a sleeping pool pays a wake-up on each), and the drafter's graphs run on
+    the calling thread (one thread: no pool to wake, none to spin against the target's)."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if model == "drafter":
+        opts.intra_op_num_threads = 1
+    elif threads:
+        opts.intra_op_num_threads = threads
+    return opts
 
 
 ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64"}
