@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 15: the paper's long-range evidence at this project's scale, on the second-generation pair
-# (scripts/reference_v2.sh first: its target, regenerated text, drafters and exports are reused).
+# (scripts/reference_v2.sh first: its target, regenerated text and drafters are reused).
 # - Ablations, trained with the embedded drafters' recipe on a smaller budget (ABL_STEPS, 1,500), beside
 #   HyFlash retrained on that same budget (hyflash-base), so that each comparison is at equal steps:
 #   HyFlash without attention among draft slots, a one-layer HyFlash, and the window drafter with HyFlash's
@@ -11,7 +11,7 @@
 #   generation drafters with the history-limited HyFlash ($RESULT.json), then the ablations
 #   (${RESULT}_ablations.json; the same seeded probes, so the two files' rows compare).
 # - The paper's table: tau by context bucket up to the target's 2,048 for full attention (trained at 512),
-#   window, HyFlash, Gated DeltaNet and prompt-lookup, greedy and at T = 1: reference_v2.sh's bench.
+#   window, HyFlash, Gated DeltaNet and prompt-lookup, greedy and at T = 1: `scripts/bench_gen2.sh hyflash swa gdn full`.
 # Every step resumes where it stopped; rerun the script to continue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,16 +20,23 @@ source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=${OUT:-runs/long-range}
 ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe}
 mkdir -p "$OUT" results
-[ -f "$V2/bench_t1.json" ] || { echo "run scripts/reference_v2.sh to its end first ($V2)" >&2; exit 2; }
+for name in hyflash swa gdn full; do
+  [ -f "$V2/drafter-$name/model/config.json" ] ||
+    { echo "the drafter $name is not trained yet ($V2/drafter-$name): run scripts/reference_v2.sh to its end first" >&2; exit 2; }
+done
 
+export_run() {  # export name, run folder: the run's drafter exported with the target (once)
+  [ -f "$OUT/export-$1/manifest.json" ] ||
+    $H export --target "$TARGET" --drafter "$2/model" --out "$OUT/export-$1" --format onnx --force
+}
 ablation() {  # name, then train-drafter flags; a finished run is left alone
   local name=$1; shift
   [ -f "$OUT/drafter-$name/model/config.json" ] ||
     $H train-drafter --target "$TARGET" --data "$V2/regen" --out "$OUT/drafter-$name" "$@" --window 128 \
       --markov-rank 32 --steps "$ABL_STEPS" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
-  [ -f "$OUT/export-$name/manifest.json" ] ||
-    $H export --target "$TARGET" --drafter "$OUT/drafter-$name/model" --out "$OUT/export-$name" --format onnx --force
+  export_run "$name" "$OUT/drafter-$name"
 }
+for name in hyflash swa gdn full; do export_run "v2-$name" "$V2/drafter-$name"; done
 both ablation "hyflash-base --memory mamba2 --intermediate-size 512" "hyflash-noslot --memory mamba2 --intermediate-size 512 --no-slot-attention"
 both ablation "hyflash-1layer --memory mamba2 --intermediate-size 512 --layers 1" "swa-matched --memory off --intermediate-size 816"
 
@@ -39,5 +46,5 @@ probe() {  # result, then export folders and probe flags
   $H probe "$@" --distances 256,768,1536 --prompts 8 --threads 2 --out "$f.partial.json" --plot "$f.png"
   mv "$f.partial.json" "$f.json"
 }
-probe "$RESULT" "$V2"/export-{hyflash,swa,gdn,full} --memory-history 256
+probe "$RESULT" "$OUT"/export-v2-{hyflash,swa,gdn,full} --memory-history 256
 probe "${RESULT}_ablations" "$OUT"/export-{hyflash-base,hyflash-noslot,hyflash-1layer,swa-matched}
