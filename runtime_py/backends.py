@@ -96,17 +96,17 @@ class OrtBackend(Backend):
 
 
 def ort_session_options(ort, model: str, threads: int | None):
-    """The options of one graph's session. Six sessions take turns in the loop, each with its own
-    intra-op pool, and a pool whose threads spin after a call steals the cores from the next session's
-    (measured: verify 3x slower on 2 cores). So only the target's graphs get a pool, which spins (its
-    graphs are many small nodes: a sleeping pool pays a wake-up on each), and the drafter's graphs run on
-    the calling thread (one thread: no pool to wake, none to spin against the target's)."""
+    """The options of one graph's session (`model`: "target" | "drafter", the same for both today).
+    The graphs are many small nodes, so a pool that sleeps after each task pays a wake-up on every one;
+    a pool that keeps spinning after its call returns steals the cores from the next session's (the six
+    sessions take turns: every drafter ran at 0.3x). So every pool spins while its call runs and stops
+    when it returns (`session.force_spinning_stop`). Measured against pools that sleep, in one process on
+    held-out prompts (scripts/ort_threading_ab.py, results/ort_threading_ab.json)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    if model == "drafter":
-        opts.intra_op_num_threads = 1
-    elif threads:
+    if threads:
         opts.intra_op_num_threads = threads
+    opts.add_session_config_entry("session.force_spinning_stop", "1")
     return opts
 
 

@@ -30,6 +30,7 @@ from hyflash.models.loading import load_target
 from hyflash.models.loading import resolve
 from hyflash.runtime_py.bench import source_texts
 from hyflash.models.loading import drafter_config_dict, load_drafter
+from hyflash.runtime_py.backends import ort_session_options
 
 DRAFTER_GRAPHS = ("draft_read", "state_commit", "window_shift")
 
@@ -42,10 +43,7 @@ class Sessions:
     def __init__(self, protos: dict, specs: dict):
         import onnxruntime as ort
 
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        opts.intra_op_num_threads = 2
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as the runtime does
+        opts = ort_session_options(ort, "drafter", 2)  # as the runtime does
         self.sessions = {g: ort.InferenceSession(p.SerializeToString(), opts) for g, p in protos.items()}
         self.inputs = {g: [t.name for t in specs[g].inputs] for g in protos}
 
