@@ -11,7 +11,7 @@
 #   generation drafters with the history-limited HyFlash ($RESULT.json), then the ablations
 #   (${RESULT}_ablations.json; the same seeded probes, so the two files' rows compare).
 # - The paper's table: tau by context bucket up to the target's 2,048 for full attention (trained at 512),
-#   window, HyFlash, Gated DeltaNet and prompt-lookup, greedy and at T = 1: `scripts/bench_gen2.sh hyflash swa gdn full`.
+#   window, HyFlash, Gated DeltaNet and prompt-lookup, greedy and at T = 1: `OUT=results/bench_gen2_all scripts/bench_gen2.sh hyflash swa gdn full`.
 # Every step resumes where it stopped; rerun the script to continue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,9 +25,10 @@ for name in hyflash swa gdn full; do
     { echo "the drafter $name is not trained yet ($V2/drafter-$name): run scripts/reference_v2.sh to its end first" >&2; exit 2; }
 done
 
-export_run() {  # export name, run folder: the run's drafter exported with the target (once)
-  [ -f "$OUT/export-$1/manifest.json" ] ||
+export_run() {  # export name, run folder: the run's drafter exported with the target (again if retrained)
+  if [ ! -f "$OUT/export-$1/manifest.json" ] || [ -n "$(find "$2/model" -newer "$OUT/export-$1/manifest.json" -print -quit)" ]; then
     $H export --target "$TARGET" --drafter "$2/model" --out "$OUT/export-$1" --format onnx --force
+  fi
 }
 ablation() {  # name, then train-drafter flags; a finished run is left alone
   local name=$1; shift
