@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
 source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=${OUT:-runs/long-range}
-ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe}
+ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe} REGEN=${REGEN:-data/regen-v2}
 mkdir -p "$OUT" results
 for name in hyflash swa gdn full; do
   [ -f "$V2/drafter-$name/model/config.json" ] ||
@@ -33,7 +33,7 @@ export_run() {  # export name, run folder: the run's drafter exported with the t
 ablation() {  # name, then train-drafter flags; a finished run is left alone
   local name=$1; shift
   [ -f "$OUT/drafter-$name/model/config.json" ] ||
-    $H train-drafter --target "$TARGET" --data "$V2/regen" --out "$OUT/drafter-$name" "$@" --window 128 \
+    $H train-drafter --target "$TARGET" --data "$REGEN" --out "$OUT/drafter-$name" "$@" --window 128 \
       --markov-rank 32 --steps "$ABL_STEPS" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
   export_run "$name" "$OUT/drafter-$name"
 }

@@ -10,20 +10,24 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
 source scripts/lib.sh
-TARGET=${TARGET:-checkpoints/target-v3h-copy6} OUT=${OUT:-runs/reference-v2}
+TARGET=${TARGET:-checkpoints/target-v3h-copy6} OUT=${OUT:-runs/reference-v2} REGEN=${REGEN:-data/regen-v2}
+DONE=${DONE:-checkpoints/drafters-v2}  # finished runs, committed: copied into $OUT instead of retrained
 STEPS=${STEPS:-3000} GDN_STEPS=${GDN_STEPS:-2000} TOKENS=${TOKENS:-1000000}
 mkdir -p "$OUT"
 [ -f data/corpus/train.txt ] || $H corpus --out data/corpus
 
-# 7,872 sequences of 512 tokens (1 M response tokens; 29 min on 2 threads): 3,000 steps x 4 sequences see
-# each about 1.5 times
-$H regenerate --target "$TARGET" --prompts-from data/corpus --out "$OUT/regen" --tokens "$TOKENS" --batch 64 \
+# 7,872 sequences of 512 tokens (1 M response tokens; 29 min on 2 threads, 85 on a slower machine):
+# 3,000 steps x 4 sequences see each about 1.5 times. Committed in $REGEN (16 MB): a rerun checks every
+# shard's checksum and regenerates nothing.
+$H regenerate --target "$TARGET" --prompts-from data/corpus --out "$REGEN" --tokens "$TOKENS" --batch 64 \
   --greedy-share 0.5 --temperature 1.0 --prompt-len 64..384 --seq-len 512 --threads 2 2>> "$OUT/regen.log"
 
 drafter() {  # name, steps, then train-drafter flags; a finished run (its model/ written) is left alone
   local name=$1 steps=$2; shift 2
+  [ -f "$OUT/drafter-$name/model/config.json" ] || [ ! -f "$DONE/drafter-$name/model/config.json" ] ||
+    { mkdir -p "$OUT" && cp -r "$DONE/drafter-$name" "$OUT/"; }
   [ -f "$OUT/drafter-$name/model/config.json" ] && return
-  $H train-drafter --target "$TARGET" --data "$OUT/regen" --out "$OUT/drafter-$name" "$@" \
+  $H train-drafter --target "$TARGET" --data "$REGEN" --out "$OUT/drafter-$name" "$@" \
     --intermediate-size 512 --markov-rank 32 --steps "$steps" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
 }
 both drafter "hyflash $STEPS --memory mamba2 --window 128" "swa $STEPS --memory off --window 128"
@@ -31,7 +35,7 @@ both drafter "gdn $GDN_STEPS --memory gated_deltanet --window 128" "full $STEPS 
 
 # hybrid drafting's constants for the HyFlash drafter, from the regenerated training text (never bench prompts)
 [ -f "$OUT/drafter-hyflash/model/hybrid.json" ] ||
-  $H calibrate --drafter "$OUT/drafter-hyflash/model" --target "$TARGET" --data "$OUT/regen" --threads 2 \
+  $H calibrate --drafter "$OUT/drafter-hyflash/model" --target "$TARGET" --data "$REGEN" --threads 2 \
     --plot "$OUT/drafter-hyflash/reliability.png" --json > "$OUT/drafter-hyflash/calibration.json"
 
 # then: RUNS=runs/reference-v2 TARGET_SRC=checkpoints/target-v3h-copy6 scripts/drafter_card.sh installs the target
