@@ -12,6 +12,7 @@ H=.venv/bin/hyflash
 source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} OUT=${OUT:-runs/reference-v2} REGEN=${REGEN:-data/regen-v2}
 DONE=${DONE:-checkpoints/drafters-v2}  # finished runs, committed: copied into $OUT instead of retrained
+PARTIAL=${PARTIAL:-checkpoints/drafters-v2-partial}  # unfinished runs, committed at a session's end: resumed
 STEPS=${STEPS:-3000} GDN_STEPS=${GDN_STEPS:-2000} TOKENS=${TOKENS:-1000000}
 mkdir -p "$OUT"
 [ -f data/corpus/train.txt ] || $H corpus --out data/corpus
@@ -26,6 +27,7 @@ drafter() {  # name, steps, then train-drafter flags; a finished run (its model/
   local name=$1 steps=$2; shift 2
   [ -f "$OUT/drafter-$name/model/config.json" ] || [ ! -f "$DONE/drafter-$name/model/config.json" ] ||
     { mkdir -p "$OUT" && cp -r "$DONE/drafter-$name" "$OUT/"; }
+  [ -d "$OUT/drafter-$name" ] || [ ! -d "$PARTIAL/drafter-$name" ] || cp -r "$PARTIAL/drafter-$name" "$OUT/"
   [ -f "$OUT/drafter-$name/model/config.json" ] && return
   $H train-drafter --target "$TARGET" --data "$REGEN" --out "$OUT/drafter-$name" "$@" \
     --intermediate-size 512 --markov-rank 32 --steps "$steps" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
