@@ -9,16 +9,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
+source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} RUNS=${RUNS:-runs/reference-v2}
 EXPORTS=${EXPORTS:-runs/exports/gen2} OUT=${OUT:-results/bench_gen2}
 names=("$@")
 [ $# -gt 0 ] || names=(hyflash swa)
 exports=()
 export_one() {  # name, model folder, export flags: exported again when the model folder changed since
-  local out=$EXPORTS-$1 model=$2; shift 2  # (retrained, or calibrated: hybrid.json is read at export)
-  if [ ! -f "$out/manifest.json" ] || [ -n "$(find "$model" -newer "$out/manifest.json" -print -quit)" ]; then
-    $H export --target "$TARGET" --drafter "$model" --out "$out" --format onnx --force "$@"
-  fi
+  local out=$EXPORTS-$1 model=$2; shift 2
+  ! stale_export "$out" "$model" || $H export --target "$TARGET" --drafter "$model" --out "$out" --format onnx --force "$@"
   exports+=("$out")
 }
 for name in "${names[@]}"; do

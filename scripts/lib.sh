@@ -6,3 +6,9 @@ both() {
   $1 $3 & b=$!
   wait $a && wait $b
 }
+
+# Whether export folder $1 must be (re)made from drafter folder $2: no manifest yet, or a file of the drafter
+# newer than it (retrained, or calibrated: hybrid.json is read at export).
+stale_export() {
+  [ ! -f "$1/manifest.json" ] || [ -n "$(find "$2" -newer "$1/manifest.json" -print -quit)" ]
+}

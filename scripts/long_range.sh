@@ -19,25 +19,25 @@ H=.venv/bin/hyflash
 source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=${OUT:-runs/long-range}
 ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe} REGEN=${REGEN:-data/regen-v2}
+GEN2=${GEN2:-runs/exports/gen2}
 mkdir -p "$OUT" results
 for name in hyflash swa gdn full; do
   [ -f "$V2/drafter-$name/model/config.json" ] ||
     { echo "the drafter $name is not trained yet ($V2/drafter-$name): run scripts/reference_v2.sh to its end first" >&2; exit 2; }
 done
 
-export_run() {  # export name, run folder: the run's drafter exported with the target (again if retrained)
-  if [ ! -f "$OUT/export-$1/manifest.json" ] || [ -n "$(find "$2/model" -newer "$OUT/export-$1/manifest.json" -print -quit)" ]; then
-    $H export --target "$TARGET" --drafter "$2/model" --out "$OUT/export-$1" --format onnx --force
-  fi
+export_run() {  # export folder, run folder: the run's drafter exported with the target (again if retrained)
+  ! stale_export "$1" "$2/model" || $H export --target "$TARGET" --drafter "$2/model" --out "$1" --format onnx --force
 }
 ablation() {  # name, then train-drafter flags; a finished run is left alone
   local name=$1; shift
   [ -f "$OUT/drafter-$name/model/config.json" ] ||
     $H train-drafter --target "$TARGET" --data "$REGEN" --out "$OUT/drafter-$name" "$@" --window 128 \
       --markov-rank 32 --steps "$ABL_STEPS" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
-  export_run "$name" "$OUT/drafter-$name"
+  export_run "$OUT/export-$name" "$OUT/drafter-$name"
 }
-for name in hyflash swa gdn full; do export_run "v2-$name" "$V2/drafter-$name"; done
+# the four drafters' exports are bench_gen2.sh's (the same folders: each made once)
+for name in hyflash swa gdn full; do export_run "$GEN2-$name" "$V2/drafter-$name"; done
 both ablation "hyflash-base --memory mamba2 --intermediate-size 512" "hyflash-noslot --memory mamba2 --intermediate-size 512 --no-slot-attention"
 both ablation "hyflash-1layer --memory mamba2 --intermediate-size 512 --layers 1" "swa-matched --memory off --intermediate-size 816"
 
@@ -47,5 +47,5 @@ probe() {  # result, then export folders and probe flags
   $H probe "$@" --distances 256,768,1536 --prompts 8 --threads 2 --out "$f.partial.json" --plot "$f.png"
   mv "$f.partial.json" "$f.json"
 }
-probe "$RESULT" "$OUT"/export-v2-{hyflash,swa,gdn,full} --memory-history 256
+probe "$RESULT" "$GEN2"-{hyflash,swa,gdn,full} --memory-history 256
 probe "${RESULT}_ablations" "$OUT"/export-{hyflash-base,hyflash-noslot,hyflash-1layer,swa-matched}
