@@ -161,7 +161,8 @@ def _generation(args):
 
     runtime = Runtime(args.folder, args.backend, args.threads)  # the export's files checked first
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=_sampling(args), seed=args.seed,
-                           ignore_eos=args.ignore_eos, draft="none" if args.no_draft else args.draft)
+                           ignore_eos=args.ignore_eos, draft="none" if args.no_draft else args.draft,
+                           **_draft_cost(args))
     return cfg, runtime
 
 
@@ -264,6 +265,11 @@ def cmd_demo(args) -> int:
 
 # ---------------------------------------------------------------- bench
 
+def _draft_cost(args) -> dict:
+    """--draft-cost where given (GenerationConfig's default otherwise)."""
+    return {} if args.draft_cost is None else {"draft_cost": args.draft_cost}
+
+
 def cmd_bench(args) -> int:
     from hyflash.runtime_py.bench import BenchConfig, bench, format_results, plot
     from hyflash.runtime_py.sampling import Sampling
@@ -275,7 +281,7 @@ def cmd_bench(args) -> int:
     cfg = BenchConfig(artifacts=tuple(args.artifacts), buckets=buckets, prompts_from=args.prompts_from,
                       prompts_per_bucket=args.prompts_per_bucket, max_new_tokens=args.max_new_tokens,
                       threads=args.threads, backend=args.backend, seed=args.seed,
-                      sampling=Sampling(args.temperature, args.top_p))
+                      sampling=Sampling(args.temperature, args.top_p), **_draft_cost(args))
     report = bench(cfg, progress=True)
     if args.plot:
         plot(report, args.plot)
@@ -553,6 +559,10 @@ def _add_generation_flags(p) -> None:
     p.add_argument("--draft", choices=["model", "prompt-lookup", "hybrid"], default="model",
                    help="hybrid: each round the drafter's or prompt-lookup's block, whichever is expected to go further")
     p.add_argument("--no-draft", action="store_true", help="target-only decoding (the baseline)")
+    p.add_argument("--draft-cost", type=float, default=None,
+                   help="hybrid: draft_read's time as a share of the rest of a round (`hyflash profile` prints it "
+                        "as draft_read_share); a round whose lookup match leaves the drafter less to add than that "
+                        "skips it; 0: always run the drafter")
     p.add_argument("--threads", type=_positive(), default=None)
     p.add_argument("--json", action="store_true")
 
@@ -638,6 +648,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (outputs cross-checked)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="prompt lengths; sampled, prompt i uses seed + i")
+    p.add_argument("--draft-cost", type=float, default=None,
+                   help="hybrid: draft_read's time as a share of the rest of a round (`hyflash profile` prints it "
+                        "as draft_read_share); a round whose lookup match leaves the drafter less to add than that "
+                        "skips it; 0: always run the drafter")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of tau and speedup by context")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)

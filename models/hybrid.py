@@ -7,7 +7,11 @@ calibration measured on training data (`hyflash calibrate`, train/calibrate.py):
 
 - lookup: the mean accepted drafts of lookup blocks with match length n (n = 0..MAX_NGRAM);
 - drafter: the realised mean accepted drafts in bins of sum_k c_k (a reliability table; a bin
-  with fewer than `min_rounds` rounds keeps the head's own figure).
+  with fewer than `min_rounds` rounds keeps the head's own figure);
+- what running the drafter adds at lookup match n (`drafter_gain`: the rule's mean accepted drafts
+  minus lookup's, over rounds with match n). Lookup's match is known before the drafter runs, so
+  where that gain is worth less than draft_read costs, the round skips draft_read and verifies
+  lookup's block (`skip_drafter`).
 
 numpy only: the runtime applies it every round.
 """
@@ -31,9 +35,14 @@ def calibration(rounds: dict[str, np.ndarray]) -> dict:
         table.append({"match": n, "rounds": int(hit.sum()),
                       "mean_accepted": float(rounds["lookup"][hit].mean()) if hit.any() else 0.0})
     bins = reliability(rounds["expected"], rounds["drafter"])
-    return {"lookup": table, "drafter_bins": bins, "min_rounds": MIN_ROUNDS, "rounds": int(len(rounds["match"])),
-            "mean_accepted": {"drafter": float(rounds["drafter"].mean()), "lookup": float(rounds["lookup"].mean()),
-                              "better_of_two": float(np.maximum(rounds["drafter"], rounds["lookup"]).mean())}}
+    cal = {"lookup": table, "drafter_bins": bins, "min_rounds": MIN_ROUNDS, "rounds": int(len(rounds["match"])),
+           "mean_accepted": {"drafter": float(rounds["drafter"].mean()), "lookup": float(rounds["lookup"].mean()),
+                             "better_of_two": float(np.maximum(rounds["drafter"], rounds["lookup"]).mean())}}
+    gain = hybrid_rounds(cal, rounds) - rounds["lookup"]
+    for row in table:
+        hit = rounds["match"] == row["match"]
+        row["drafter_gain"] = float(gain[hit].mean()) if hit.any() else 0.0
+    return cal
 
 
 def reliability(expected, realised) -> list[dict]:
@@ -51,6 +60,16 @@ def reliability(expected, realised) -> list[dict]:
 def choose_lookup(cal: dict, expected: float, match: int) -> bool:
     """The hybrid rule: verify lookup's block when its expected accepted drafts exceed the drafter's."""
     return lookup_expected(cal, match) > drafter_expected(cal, expected)
+
+
+def skip_drafter(cal: dict, match: int, draft_cost: float) -> bool:
+    """Whether a hybrid round should verify lookup's block without running draft_read: what the drafter
+    adds at this match length (accepted drafts) is worth less than what it costs, `draft_cost` being
+    draft_read's time as a share of the rest of the round (verify and commit), so that a round of
+    1 + lookup tokens becomes 1 + lookup + gain tokens for 1 + draft_cost of the time. A calibration
+    without `drafter_gain` (made before it existed) never skips."""
+    row = cal["lookup"][match]
+    return "drafter_gain" in row and row["drafter_gain"] < draft_cost * (1 + row["mean_accepted"])
 
 
 def lookup_expected(cal: dict, match: int) -> float:

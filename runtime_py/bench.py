@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from hyflash.models.hybrid import reliability
 from hyflash.runtime_py.backends import BACKENDS
-from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.loop import DRAFT_COST, GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
 from hyflash.runtime_py.sampling import Sampling
 from hyflash.train.data import is_heldout, stdlib_files, stdlib_root
@@ -39,12 +39,15 @@ class BenchConfig:
     seed: int = 0  # prompt lengths; and, sampled, prompt i decodes with seed + i
     backend: str = "onnxruntime"  # or "executorch": every run (target-only included) on that backend
     sampling: Sampling = Sampling()  # greedy by default
+    draft_cost: float = DRAFT_COST  # hybrid rows: draft_read's share of a round (GenerationConfig.draft_cost)
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if not self.artifacts:
             raise ValueError("give at least one export folder")
+        if not self.draft_cost >= 0:
+            raise ValueError(f"--draft-cost must be >= 0 (draft_read's share of a round's time), got {self.draft_cost}")
         if len(self.buckets) < 2 or list(self.buckets) != sorted(set(self.buckets)) or self.buckets[0] < 1:
             raise ValueError(f"--buckets must be two or more increasing positive edges, got {list(self.buckets)}")
         if self.prompts_per_bucket < 1 or self.max_new_tokens < 1:
@@ -138,10 +141,11 @@ class OptimumBaseline:
 
 
 def run_once(runtime: Runtime, prompt: list[int], draft: str, max_new: int, sampling: Sampling = Sampling(),
-             seed: int = 0) -> Stats:
+             seed: int = 0, draft_cost: float = DRAFT_COST) -> Stats:
     """One generation of `max_new` tokens (EOS ignored), drafted as `draft`: its stats."""
     stats = Stats()
-    gen = GenerationConfig(max_new_tokens=max_new, draft=draft, ignore_eos=True, sampling=sampling, seed=seed)
+    gen = GenerationConfig(max_new_tokens=max_new, draft=draft, ignore_eos=True, sampling=sampling, seed=seed,
+                           draft_cost=draft_cost)
     for _ in runtime.generate(prompt, gen, stats):
         pass
     return stats
@@ -175,7 +179,7 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
         for i, prompt in enumerate(bucket_prompts):
             baseline = None
             for label, rt, draft in runs:  # interleaved: every prompt runs all, in one order
-                stats = run_once(rt, prompt, draft, cfg.max_new_tokens, cfg.sampling, cfg.seed + i)
+                stats = run_once(rt, prompt, draft, cfg.max_new_tokens, cfg.sampling, cfg.seed + i, cfg.draft_cost)
                 if baseline is None:
                     baseline = stats
                 elif cfg.sampling.greedy and stats.tokens != baseline.tokens:
@@ -218,6 +222,7 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
                     row["calibration"] = reliability(expected, [k for s in st for k in s.realised_accepted])
             if draft == "hybrid":
                 row["lookup_share"] = sum(s.lookup_rounds for s in st) / max(1, sum(s.rounds for s in st))
+                row["skipped_read_share"] = sum(s.skipped_reads for s in st) / max(1, sum(s.rounds for s in st))
             results.append(row)
         results.extend(extra)
     bar.close()
@@ -225,7 +230,7 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
             "target_kv_bytes": first.context_bytes(0)["target_kv_allocated"],
             "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens, "optimum_ort": optimum_status,
             "backend": cfg.backend, "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
-            "seed": cfg.seed}
+            "seed": cfg.seed, "draft_cost": cfg.draft_cost}
 
 
 def open_exports(artifacts, backend: str, threads: int | None) -> tuple[list[Runtime], list[str]]:

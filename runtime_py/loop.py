@@ -19,13 +19,16 @@ from typing import Iterator
 import numpy as np
 
 from hyflash.runtime_py.backends import Call, open_backend
-from hyflash.models.hybrid import choose_lookup
+from hyflash.models.hybrid import choose_lookup, skip_drafter
 from hyflash.models.lookup import lookup
 from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, Contract, load_manifest
 from hyflash.runtime_py.sampling import Sampling, accept, choose
 from hyflash.runtime_py.state import DrafterContext, TargetCache
 
 DRAFTS = ("model", "prompt-lookup", "hybrid", "none")
+# hybrid: draft_read's time as a share of the rest of a round (verify and commit), which decides when a round
+# skips the drafter (`skip_drafter`); `hyflash profile` prints it for an export as `draft_read_share`
+DRAFT_COST = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,12 +39,15 @@ class GenerationConfig:
     ignore_eos: bool = False
     draft: str = "model"  # "model" | "prompt-lookup" | "hybrid" (the better of the two each round, docs/design.md)
     #                       | "none" (target-only through target_decode)
+    draft_cost: float = DRAFT_COST  # hybrid: draft_read's share of a round's time (0: always run the drafter)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
             raise ValueError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.draft not in DRAFTS:
             raise ValueError(f"--draft must be one of {', '.join(DRAFTS)}, got {self.draft!r}")
+        if not self.draft_cost >= 0:
+            raise ValueError(f"--draft-cost must be >= 0 (draft_read's share of a round's time), got {self.draft_cost}")
 
 
 @dataclasses.dataclass
@@ -58,6 +64,7 @@ class Stats:
     stop_reason: str = ""
     drafter_context_bytes: dict = dataclasses.field(default_factory=dict)
     lookup_rounds: int = 0  # hybrid: rounds that verified prompt-lookup's block
+    skipped_reads: int = 0  # hybrid: rounds of those that did not run draft_read (its gain not worth its cost)
     expected_accepted: list[float] = dataclasses.field(default_factory=list)  # per round, when the drafter has
     realised_accepted: list[int] = dataclasses.field(default_factory=list)    # a confidence head: its calibration
     phase: str = "prefill"  # graph times are keyed "prefill/<graph>" during prefill, "<graph>" after
@@ -79,7 +86,8 @@ class Stats:
                 "decode_s": self.decode_s,
                 "graph_ms": {g: self.graph_ms[g] / self.graph_calls[g] for g in self.graph_ms},
                 "graph_calls": dict(self.graph_calls), "stop_reason": self.stop_reason,
-                "drafter_context_bytes": self.drafter_context_bytes, "lookup_rounds": self.lookup_rounds}
+                "drafter_context_bytes": self.drafter_context_bytes, "lookup_rounds": self.lookup_rounds,
+                "skipped_reads": self.skipped_reads}
 
 
 class Runtime:
@@ -291,15 +299,20 @@ class Runtime:
                 pos += 1
                 new = self._stop([anchor], stats, cfg, len(prompt), limit)
                 continue
-            # 2. draft d_1..d_7 for positions pos+1..pos+7 (hybrid: the block expected to go further)
-            drafts = self.draft(anchor, pos, stats) if use_drafter else None
-            conf = self.confidence() if use_drafter else None
-            expected = float(conf.sum()) if conf is not None else None  # the head's expected accepted drafts
+            # 2. draft d_1..d_7 for positions pos+1..pos+7 (hybrid: the block expected to go further; the
+            # drafter is not run where lookup's match leaves it too little to add for its cost)
+            drafts = expected = None
             if cfg.draft != "model":
                 block, match = lookup(prompt + stats.tokens, self.block)
-                if drafts is None or choose_lookup(self.hybrid, expected, match):
-                    drafts, expected = block, None
-                    stats.lookup_rounds += cfg.draft == "hybrid"
+            skip = cfg.draft == "hybrid" and skip_drafter(self.hybrid, match, cfg.draft_cost)
+            if use_drafter and not skip:
+                drafts = self.draft(anchor, pos, stats)
+                conf = self.confidence()
+                expected = float(conf.sum()) if conf is not None else None  # the head's expected accepted drafts
+            if cfg.draft != "model" and (drafts is None or choose_lookup(self.hybrid, expected, match)):
+                drafts, expected = block, None
+                stats.lookup_rounds += cfg.draft == "hybrid"
+                stats.skipped_reads += skip
             # 3. verify [anchor, d_1..d_7] at pos..pos+7 (all 8 K/V rows written; rejected ones go stale)
             logits, feats = self.run_target("target_verify", [anchor, *drafts.tolist()], pos, stats)
             # 4. accept the longest agreeing prefix, plus the target's bonus token

@@ -68,6 +68,8 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
         row["graph_ms"] = ms
         row["verify_over_decode"] = ms["target_verify"] / ms["target_decode"]
         row["drafter_ms_per_round"] = sum(ms[g] for g in DRAFTER_GRAPHS if g in ms)
+        # hybrid drafting's --draft-cost for this export: draft_read against the rest of a round
+        row["draft_read_share"] = ms["draft_read"] / (ms["target_verify"] + row["drafter_ms_per_round"] - ms["draft_read"])
         row["target_only_tokens_per_s"], tokens = target_only_tokens_per_s(runtime, prompt, new_tokens)
         if baseline is not None:
             tps, theirs = baseline.tokens_per_s(prompt, new_tokens)

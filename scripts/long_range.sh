@@ -21,10 +21,6 @@ TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=$
 ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe} REGEN=${REGEN:-data/regen-v2}
 GEN2=${GEN2:-runs/exports/gen2}
 mkdir -p "$OUT" results
-for name in hyflash swa gdn full; do
-  [ -f "$V2/drafter-$name/model/config.json" ] ||
-    { echo "the drafter $name is not trained yet ($V2/drafter-$name): run scripts/reference_v2.sh to its end first" >&2; exit 2; }
-done
 
 export_run() {  # export folder, run folder: the run's drafter exported with the target (again if retrained)
   ! stale_export "$1" "$2/model" || $H export --target "$TARGET" --drafter "$2/model" --out "$1" --format onnx --force
@@ -36,10 +32,17 @@ ablation() {  # name, then train-drafter flags; a finished run is left alone
       --markov-rank 32 --steps "$ABL_STEPS" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
   export_run "$OUT/export-$name" "$OUT/drafter-$name"
 }
-# the four drafters' exports are bench_gen2.sh's (the same folders: each made once)
-for name in hyflash swa gdn full; do export_run "$GEN2-$name" "$V2/drafter-$name"; done
+# the ablations need only the target and the regenerated text: they train first (ABLATIONS_ONLY=1 stops
+# there, so that they can use the cores while reference_v2.sh still trains the four drafters)
 both ablation "hyflash-base --memory mamba2 --intermediate-size 512" "hyflash-noslot --memory mamba2 --intermediate-size 512 --no-slot-attention"
 both ablation "hyflash-1layer --memory mamba2 --intermediate-size 512 --layers 1" "swa-matched --memory off --intermediate-size 816"
+[ -z "${ABLATIONS_ONLY:-}" ] || exit 0
+for name in hyflash swa gdn full; do
+  [ -f "$V2/drafter-$name/model/config.json" ] ||
+    { echo "the drafter $name is not trained yet ($V2/drafter-$name): run scripts/reference_v2.sh to its end first" >&2; exit 2; }
+done
+# the four drafters' exports are bench_gen2.sh's (the same folders: each made once)
+for name in hyflash swa gdn full; do export_run "$GEN2-$name" "$V2/drafter-$name"; done
 
 probe() {  # result, then export folders and probe flags
   local f=$1; shift

@@ -75,3 +75,28 @@ def test_bench_samples_reproducibly(both_formats, tmp_path, capsys):
         assert {r["drafter"] for r in report["results"]} == {"target-only", "random", "prompt-lookup"}
         taus.append([(r["acceptance_length"], r.get("accepted_per_slot")) for r in report["results"]])
     assert taus[0] == taus[1]
+
+
+def test_profile_reports_every_graph_at_every_context(both_formats, tmp_path, capsys):
+    """`hyflash profile` on both backends: each graph's median ms at each committed length, the ratios derived
+    from them (verify/decode, the drafter's graphs per round, draft_read's share of a round), prefill and
+    target-only figures; a context with no room for the decoded tokens is refused in one line."""
+    out = tmp_path / "profile.json"
+    for backend in ("onnxruntime", "executorch"):
+        assert main(["profile", str(both_formats), "--backend", backend, "--contexts", "16,48", "--repeats", "3",
+                     "--new-tokens", "8", "--no-optimum", "--out", str(out), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report == json.loads(out.read_text()) and report["backend"] == backend
+        assert [r["context"] for r in report["rows"]] == [16, 48]
+        for r in report["rows"]:
+            ms = r["graph_ms"]
+            assert set(ms) == {"target_decode", "target_verify", "target_prefill", "draft_read", "state_commit",
+                               "window_shift"} and min(ms.values()) > 0
+            assert r["verify_over_decode"] == ms["target_verify"] / ms["target_decode"]
+            assert r["drafter_ms_per_round"] == ms["draft_read"] + ms["state_commit"] + ms["window_shift"]
+            rest = ms["target_verify"] + ms["state_commit"] + ms["window_shift"]
+            assert abs(r["draft_read_share"] - ms["draft_read"] / rest) < 1e-12
+            assert r["ttft_ms"] > 0 and r["prefill_tokens_per_s"] > 0 and r["target_only_tokens_per_s"] > 0
+    assert main(["profile", str(both_formats), "--contexts", "90", "--no-optimum"]) == 2
+    err = capsys.readouterr().err
+    assert "leaves no room" in err and err.count("\n") == 1

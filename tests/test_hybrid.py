@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from hyflash.models.hybrid import BIN_EDGES, calibration, choose_lookup, drafter_expected, hybrid_rounds, reliability
+from hyflash.models.hybrid import (BIN_EDGES, calibration, choose_lookup, drafter_expected, hybrid_rounds, reliability,
+                                   skip_drafter)
 from hyflash.models.lookup import lookup
 
 
@@ -37,6 +38,24 @@ def test_rule_uses_the_realised_means_not_the_heads_word():
     assert drafter_expected(thin, 6.5) == 6.5
     r = rounds(seed=1)
     assert hybrid_rounds(cal, r).mean() > max(r["drafter"].mean(), r["lookup"].mean())
+
+
+def test_drafter_gain_per_match_decides_when_draft_read_is_skipped():
+    r = rounds()
+    cal = calibration(r)
+    gain = hybrid_rounds(cal, r) - r["lookup"]
+    for row in cal["lookup"]:  # what the rule's choice adds over lookup alone, by lookup's match length
+        assert row["drafter_gain"] == gain[r["match"] == row["match"]].mean()
+    # a 3-gram match (lookup realises 6, the head's best realised is ~3): the drafter adds nothing
+    assert cal["lookup"][3]["drafter_gain"] == 0.0 and cal["lookup"][1]["drafter_gain"] > 1.0
+    assert skip_drafter(cal, 3, 0.01) and not skip_drafter(cal, 1, 0.1)
+    assert not skip_drafter(cal, 3, 0.0)  # a free drafter is always run
+    # match 1: lookup realises 0, so the round is 1 token without the drafter: skipped only past its gain
+    g = cal["lookup"][1]["drafter_gain"]
+    assert skip_drafter(cal, 1, g + 0.01) and not skip_drafter(cal, 1, g - 0.01)
+    # a calibration from before drafter_gain existed never skips
+    old = {**cal, "lookup": [{k: v for k, v in row.items() if k != "drafter_gain"} for row in cal["lookup"]]}
+    assert not any(skip_drafter(old, n, 10.0) for n in range(4))
 
 
 def test_reliability_bins_cover_every_round():

@@ -233,14 +233,22 @@ def test_hybrid_from_calibration_to_the_loop(corpus, both_formats, tmp_path, cap
     assert rt.hybrid["lookup"] == cal["lookup"]
     prompt = [int(t) for t in np.load(next(regen.glob("shard-*.npz")))["tokens"][0, :30]]
 
-    def gen(draft):
+    def gen(draft, **kw):
         stats = Stats()
-        for _ in rt.generate(prompt, GenerationConfig(max_new_tokens=40, draft=draft, ignore_eos=True), stats):
+        for _ in rt.generate(prompt, GenerationConfig(max_new_tokens=40, draft=draft, ignore_eos=True, **kw), stats):
             pass
         return stats
     base, hybrid = gen("none"), gen("hybrid")
     assert hybrid.tokens == base.tokens
-    assert 0 <= hybrid.lookup_rounds <= hybrid.rounds
+    assert 0 <= hybrid.skipped_reads <= hybrid.lookup_rounds <= hybrid.rounds
+    assert hybrid.graph_calls["draft_read"] == hybrid.rounds - hybrid.skipped_reads
+    # a drafter that costs 100 rounds is never worth running, a free one always: the same tokens either way
+    # (the target verifies whichever block), and still the state commits every round
+    costly, free = gen("hybrid", draft_cost=100.0), gen("hybrid", draft_cost=0.0)
+    assert costly.tokens == free.tokens == base.tokens
+    assert costly.skipped_reads == costly.lookup_rounds == costly.rounds and "draft_read" not in costly.graph_calls
+    assert free.skipped_reads == 0 and free.graph_calls["draft_read"] == free.rounds
+    assert costly.graph_calls["window_shift"] == free.graph_calls["window_shift"] == costly.rounds
     model = gen("model")
     assert len(model.expected_accepted) == model.rounds and model.tokens == base.tokens
     # an export without the calibration (the random drafter's) refuses --draft hybrid in one line
