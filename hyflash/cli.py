@@ -257,9 +257,17 @@ def cmd_demo(args) -> int:
     from hyflash.demo import run_demo
 
     r = run_demo(args.max_new_tokens, progress=not args.json)
-    _emit(args, r, lambda: f"tau {r['acceptance_length']:.2f} tokens/round; {r['tokens_per_s']:.1f} tokens/s "
-          f"speculative vs {r['target_only_tokens_per_s']:.1f} target-only: {r['speedup']:.2f}x "
-          "(onnxruntime, same run)")
+
+    def text() -> str:
+        lines = [f"HyFlash drafter: tau {r['acceptance_length']:.2f} tokens/round, {r['tokens_per_s']:.1f} tokens/s: "
+                 f"{r['speedup']:.2f}x"]
+        if "hybrid" in r:
+            h = r["hybrid"]
+            lines.append(f"hybrid (drafter or prompt-lookup, each round): tau {h['acceptance_length']:.2f}, "
+                         f"{h['tokens_per_s']:.1f} tokens/s: {h['speedup']:.2f}x")
+        lines.append(f"target-only: {r['target_only_tokens_per_s']:.1f} tokens/s (onnxruntime, same run, same tokens)")
+        return "\n".join(lines)
+    _emit(args, r, text)
     return 0
 
 

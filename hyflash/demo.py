@@ -44,7 +44,7 @@ def cache_root() -> Path:
 def export_key(target: Path, drafter: Path) -> str:
     """A digest of the reference weights and of the code that exports and runs them."""
     h = hashlib.sha256(__version__.encode())
-    read_by_export = ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json")
+    read_by_export = ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "hybrid.json")
     files = [target / n for n in read_by_export] + [drafter / n for n in read_by_export]
     for root in (Path(models_pkg.__file__).parent, Path(export_pkg.__file__).parent,
                  Path(runtime_pkg.__file__).parent):  # the manifest's format lives in runtime_py
@@ -90,4 +90,13 @@ def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
         raise RuntimeError("speculative output differs from target-only output: this is a bug, please report it")
     result = {**spec.to_json(), "text": shown, "speedup": spec.tokens_per_s / base.tokens_per_s,
               "target_only_tokens_per_s": base.tokens_per_s, "export": str(folder)}
+    if runtime.hybrid is not None:  # a calibrated drafter: hybrid drafting too (the drafter's or lookup's block)
+        hybrid = Stats()
+        for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new_tokens, draft="hybrid"), hybrid):
+            pass
+        if hybrid.tokens != base.tokens:
+            raise RuntimeError("hybrid output differs from target-only output: this is a bug, please report it")
+        result["hybrid"] = {"acceptance_length": hybrid.acceptance_length, "tokens_per_s": hybrid.tokens_per_s,
+                            "speedup": hybrid.tokens_per_s / base.tokens_per_s,
+                            "lookup_rounds": hybrid.lookup_rounds, "rounds": hybrid.rounds}
     return result

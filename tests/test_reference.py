@@ -11,6 +11,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from hyflash.demo import PROMPT
+from hyflash.models.loading import resolve
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 
 
@@ -36,6 +37,11 @@ def test_demo_exports_once_then_reuses(demo_run):
     for key in ("tokens", "text", "rounds", "acceptance_length", "accepted_per_slot", "tokens_per_s", "graph_ms",
                 "drafter_context_bytes", "speedup"):
         assert key in first
+    # a calibrated embedded drafter adds hybrid drafting's figures (its tokens checked equal by the demo)
+    assert ("hybrid" in first) == (resolve("reference", "drafter") / "hybrid.json").is_file()
+    if "hybrid" in first:
+        h = first["hybrid"]
+        assert 1.0 <= h["acceptance_length"] <= 8.0 and h["speedup"] > 0 and 0 <= h["lookup_rounds"] <= h["rounds"]
     manifest = Path(first["export"]) / "manifest.json"
     written = manifest.stat().st_mtime_ns
     again = subprocess.run([sys.executable, "-m", "hyflash.cli", "demo", "--json"], capture_output=True, text=True,
