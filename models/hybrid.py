@@ -10,8 +10,8 @@ calibration measured on training data (`hyflash calibrate`, train/calibrate.py):
   with fewer than `min_rounds` rounds keeps the head's own figure);
 - what running the drafter adds at lookup match n (`drafter_gain`: the rule's mean accepted drafts
   minus lookup's, over rounds with match n). Lookup's match is known before the drafter runs, so
-  where that gain is worth less than draft_read costs, the round skips draft_read and verifies
-  lookup's block (`skip_drafter`).
+  at match lengths where that gain is worth less than draft_read costs, a round skips draft_read
+  and verifies lookup's block (`skipped_matches`).
 
 numpy only: the runtime applies it every round.
 """
@@ -62,14 +62,30 @@ def choose_lookup(cal: dict, expected: float, match: int) -> bool:
     return lookup_expected(cal, match) > drafter_expected(cal, expected)
 
 
-def skip_drafter(cal: dict, match: int, draft_cost: float) -> bool:
-    """Whether a hybrid round should verify lookup's block without running draft_read: what the drafter
-    adds at this match length (accepted drafts) is worth less than what it costs, `draft_cost` being
-    draft_read's time as a share of the rest of the round (verify and commit), so that a round of
-    1 + lookup tokens becomes 1 + lookup + gain tokens for 1 + draft_cost of the time. A calibration
-    without `drafter_gain` (made before it existed) never skips."""
-    row = cal["lookup"][match]
-    return "drafter_gain" in row and row["drafter_gain"] < draft_cost * (1 + row["mean_accepted"])
+def skipped_matches(cal: dict, draft_cost: float) -> frozenset[int]:
+    """The lookup match lengths at which a hybrid round verifies lookup's block without running draft_read,
+    chosen to make the most tokens per unit of time over the calibration's rounds. `draft_cost` is
+    draft_read's time as a share of the rest of a round (verify and commit): a round at match n makes
+    1 + lookup_n tokens in time 1 without the drafter, 1 + lookup_n + gain_n in time 1 + draft_cost with it.
+    Running it at n pays iff gain_n > draft_cost * R, R being the tokens per unit of time of the whole
+    policy (not of that round alone), so R and the set are found together (Dinkelbach's iteration, which
+    ends in a few steps over these few rows). Rows with fewer than `min_rounds` calibration rounds, and a
+    calibration without `drafter_gain` (made before it existed), always run the drafter; so does a free one."""
+    rows = cal["lookup"]
+    if draft_cost <= 0 or not all("drafter_gain" in r for r in rows):
+        return frozenset()
+    weight = np.asarray([r["rounds"] for r in rows], np.float64)
+    lookup_n = np.asarray([r["mean_accepted"] for r in rows])
+    gain = np.asarray([r["drafter_gain"] for r in rows])
+    thin = weight < cal["min_rounds"]
+    run = np.ones(len(rows), bool)
+    for _ in range(len(rows) + 2):
+        rate = (weight * (1 + lookup_n + gain * run)).sum() / max((weight * (1 + draft_cost * run)).sum(), 1e-12)
+        new = thin | (gain > draft_cost * rate)
+        if (new == run).all():
+            break
+        run = new
+    return frozenset(int(r["match"]) for r, go in zip(rows, run) if not go)
 
 
 def lookup_expected(cal: dict, match: int) -> float:

@@ -19,7 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from hyflash.runtime_py.backends import Call, open_backend
-from hyflash.models.hybrid import choose_lookup, skip_drafter
+from hyflash.models.hybrid import choose_lookup, skipped_matches
 from hyflash.models.lookup import lookup
 from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, Contract, load_manifest
 from hyflash.runtime_py.sampling import Sampling, accept, choose
@@ -27,7 +27,7 @@ from hyflash.runtime_py.state import DrafterContext, TargetCache
 
 DRAFTS = ("model", "prompt-lookup", "hybrid", "none")
 # hybrid: draft_read's time as a share of the rest of a round (verify and commit), which decides when a round
-# skips the drafter (`skip_drafter`); `hyflash profile` prints it for an export as `draft_read_share`: on the
+# skips the drafter (`skipped_matches`); `hyflash profile` prints it for an export as `draft_read_share`: on the
 # reference pair 0.27 / 0.21 / 0.16 at 256 / 1,024 / 2,048 committed tokens (onnxruntime, 2 threads)
 DRAFT_COST = 0.2
 
@@ -278,6 +278,7 @@ class Runtime:
         stats.prompt_tokens = len(prompt)
         rng = np.random.default_rng(cfg.seed)
         use_drafter = cfg.draft in ("model", "hybrid")
+        skipped = skipped_matches(self.hybrid, cfg.draft_cost) if cfg.draft == "hybrid" else frozenset()
         t0 = time.perf_counter()
         logits = self.prefill(prompt, use_drafter, stats, reuse)  # 1. prefill
         stats.prefill_s = time.perf_counter() - t0
@@ -305,7 +306,7 @@ class Runtime:
             drafts = expected = None
             if cfg.draft != "model":
                 block, match = lookup(prompt + stats.tokens, self.block)
-            skip = cfg.draft == "hybrid" and skip_drafter(self.hybrid, match, cfg.draft_cost)
+            skip = cfg.draft == "hybrid" and match in skipped
             if use_drafter and not skip:
                 drafts = self.draft(anchor, pos, stats)
                 conf = self.confidence()

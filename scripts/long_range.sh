@@ -21,6 +21,8 @@ TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=$
 ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe} REGEN=${REGEN:-data/regen-v2}
 GEN2=${GEN2:-runs/exports/gen2}
 mkdir -p "$OUT" results
+[ -f "$TARGET/model.safetensors" ] && [ -f "$REGEN/config.json" ] ||
+  { echo "the target ($TARGET) or the regenerated text ($REGEN) is missing: run scripts/reference_v2.sh first" >&2; exit 2; }
 
 export_run() {  # export folder, run folder: the run's drafter exported with the target (again if retrained)
   ! stale_export "$1" "$2/model" || $H export --target "$TARGET" --drafter "$2/model" --out "$1" --format onnx --force
