@@ -10,8 +10,8 @@ calibration measured on training data (`hyflash calibrate`, train/calibrate.py):
   with fewer than `min_rounds` rounds keeps the head's own figure);
 - what running the drafter adds at lookup match n (`drafter_gain`: the rule's mean accepted drafts
   minus lookup's, over rounds with match n). Lookup's match is known before the drafter runs, so
-  at match lengths where that gain is worth less than draft_read costs, a round skips draft_read
-  and verifies lookup's block (`skipped_matches`).
+  where that gain is worth less than draft_read costs, a round skips draft_read and verifies
+  lookup's block (`skip_drafter`).
 
 numpy only: the runtime applies it every round.
 """
@@ -62,30 +62,38 @@ def choose_lookup(cal: dict, expected: float, match: int) -> bool:
     return lookup_expected(cal, match) > drafter_expected(cal, expected)
 
 
-def skipped_matches(cal: dict, draft_cost: float) -> frozenset[int]:
-    """The lookup match lengths at which a hybrid round verifies lookup's block without running draft_read,
-    chosen to make the most tokens per unit of time over the calibration's rounds. `draft_cost` is
+def skipped_matches(cal: dict, draft_cost: float) -> tuple[frozenset[int], float]:
+    """The lookup match lengths at which skipping draft_read makes the most tokens per unit of time over
+    the calibration's rounds, and that rate R (tokens per round-without-drafter of time). `draft_cost` is
     draft_read's time as a share of the rest of a round (verify and commit): a round at match n makes
     1 + lookup_n tokens in time 1 without the drafter, 1 + lookup_n + gain_n in time 1 + draft_cost with it.
-    Running it at n pays iff gain_n > draft_cost * R, R being the tokens per unit of time of the whole
-    policy (not of that round alone), so R and the set are found together (Dinkelbach's iteration, which
-    ends in a few steps over these few rows). Rows with fewer than `min_rounds` calibration rounds, and a
-    calibration without `drafter_gain` (made before it existed), always run the drafter; so does a free one."""
+    Running it at n pays iff gain_n > draft_cost * R, R being the rate of the whole policy (not of that round
+    alone), so R and the set are found together (Dinkelbach's iteration: a few steps over these few rows).
+    Rows with fewer than `min_rounds` rounds, and a free drafter, always run it."""
     rows = cal["lookup"]
-    if draft_cost <= 0 or not all("drafter_gain" in r for r in rows):
-        return frozenset()
     weight = np.asarray([r["rounds"] for r in rows], np.float64)
     lookup_n = np.asarray([r["mean_accepted"] for r in rows])
-    gain = np.asarray([r["drafter_gain"] for r in rows])
+    gain = np.asarray([r.get("drafter_gain", 0.0) for r in rows])
     thin = weight < cal["min_rounds"]
     run = np.ones(len(rows), bool)
     for _ in range(len(rows) + 2):
         rate = (weight * (1 + lookup_n + gain * run)).sum() / max((weight * (1 + draft_cost * run)).sum(), 1e-12)
-        new = thin | (gain > draft_cost * rate)
+        new = thin | (gain > draft_cost * rate) | (draft_cost <= 0)
         if (new == run).all():
             break
         run = new
-    return frozenset(int(r["match"]) for r, go in zip(rows, run) if not go)
+    return frozenset(int(r["match"]) for r, go in zip(rows, run) if not go), float(rate)
+
+
+def skip_drafter(cal: dict, match: int, draft_cost: float, rate: float) -> bool:
+    """Whether a hybrid round at lookup match `match` verifies lookup's block without running draft_read:
+    the drafter's gain there is worth no more than its cost at `rate`, the generation's tokens per unit of
+    time (the runtime keeps it as it goes, starting from the calibration's: `skipped_matches`). A free
+    drafter, a thin row and a calibration without `drafter_gain` (made before it existed) always run it."""
+    row = cal["lookup"][match]
+    if draft_cost <= 0 or "drafter_gain" not in row or row["rounds"] < cal["min_rounds"]:
+        return False
+    return row["drafter_gain"] <= draft_cost * rate
 
 
 def lookup_expected(cal: dict, match: int) -> float:

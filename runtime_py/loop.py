@@ -19,7 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from hyflash.runtime_py.backends import Call, open_backend
-from hyflash.models.hybrid import choose_lookup, skipped_matches
+from hyflash.models.hybrid import choose_lookup, skip_drafter, skipped_matches
 from hyflash.models.lookup import lookup
 from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, Contract, load_manifest
 from hyflash.runtime_py.sampling import Sampling, accept, choose
@@ -27,9 +27,10 @@ from hyflash.runtime_py.state import DrafterContext, TargetCache
 
 DRAFTS = ("model", "prompt-lookup", "hybrid", "none")
 # hybrid: draft_read's time as a share of the rest of a round (verify and commit), which decides when a round
-# skips the drafter (`skipped_matches`); `hyflash profile` prints it for an export as `draft_read_share`: on the
+# skips the drafter (`skip_drafter`); `hyflash profile` prints it for an export as `draft_read_share`: on the
 # reference pair 0.27 / 0.21 / 0.16 at 256 / 1,024 / 2,048 committed tokens (onnxruntime, 2 threads)
 DRAFT_COST = 0.2
+RATE_PRIOR_ROUNDS = 8  # hybrid: the calibration's rate counts as this many rounds of the generation's own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +279,8 @@ class Runtime:
         stats.prompt_tokens = len(prompt)
         rng = np.random.default_rng(cfg.seed)
         use_drafter = cfg.draft in ("model", "hybrid")
-        skipped = skipped_matches(self.hybrid, cfg.draft_cost) if cfg.draft == "hybrid" else frozenset()
+        if cfg.draft == "hybrid":  # tokens made and time spent (in rounds without the drafter), for skip_drafter
+            made, spent = skipped_matches(self.hybrid, cfg.draft_cost)[1] * RATE_PRIOR_ROUNDS, RATE_PRIOR_ROUNDS
         t0 = time.perf_counter()
         logits = self.prefill(prompt, use_drafter, stats, reuse)  # 1. prefill
         stats.prefill_s = time.perf_counter() - t0
@@ -306,7 +308,7 @@ class Runtime:
             drafts = expected = None
             if cfg.draft != "model":
                 block, match = lookup(prompt + stats.tokens, self.block)
-            skip = cfg.draft == "hybrid" and match in skipped
+            skip = cfg.draft == "hybrid" and skip_drafter(self.hybrid, match, cfg.draft_cost, made / spent)
             if use_drafter and not skip:
                 drafts = self.draft(anchor, pos, stats)
                 conf = self.confidence()
@@ -320,6 +322,8 @@ class Runtime:
             # 4. accept the longest agreeing prefix, plus the target's bonus token
             k, bonus = accept(drafts, logits, cfg.sampling, rng)
             stats.rounds += 1
+            if cfg.draft == "hybrid":
+                made, spent = made + k + 1, spent + 1 + (0 if skip else cfg.draft_cost)
             stats.accepted_per_slot += [0] * (self.block - len(stats.accepted_per_slot))
             for i in range(k):
                 stats.accepted_per_slot[i] += 1

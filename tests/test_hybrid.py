@@ -3,7 +3,7 @@
 import numpy as np
 
 from hyflash.models.hybrid import (BIN_EDGES, calibration, choose_lookup, drafter_expected, hybrid_rounds, reliability,
-                                   skipped_matches)
+                                   skip_drafter, skipped_matches)
 from hyflash.models.lookup import lookup
 
 
@@ -48,7 +48,7 @@ def test_drafter_gain_per_match_is_measured_on_the_calibration_rounds():
         assert row["drafter_gain"] == gain[r["match"] == row["match"]].mean()
     # a 3-gram match (lookup realises 6, the head's best realised is ~3): the drafter adds nothing there
     assert cal["lookup"][3]["drafter_gain"] == 0.0 and cal["lookup"][1]["drafter_gain"] > 1.0
-    assert skipped_matches(cal, 0.01) == {3} and skipped_matches(cal, 0.0) == frozenset()
+    assert skipped_matches(cal, 0.01)[0] == {3} and skipped_matches(cal, 0.0)[0] == frozenset()
 
 
 def _table(*rows, min_rounds=20):
@@ -68,12 +68,19 @@ def test_skipped_matches_make_the_most_tokens_per_unit_of_time():
         tokens = sum(100 * (1 + lk + (g if n not in skip else 0)) for n, (lk, g) in enumerate([(0, 0.5), (6, 1.2)]))
         return tokens / sum(100 * (1 + (0.2 if n not in skip else 0)) for n in range(2))
     policies = [frozenset(s) for s in ((), (0,), (1,), (0, 1))]
-    assert max(policies, key=rate) == {0} == skipped_matches(cal, 0.2)
-    assert skipped_matches(cal, 0.0) == frozenset() and skipped_matches(cal, 10.0) == {0, 1}
-    # a row with too few calibration rounds always runs the drafter; so does a table without gains
-    assert skipped_matches(_table((100, 0.0, 0.5), (5, 6.0, 0.0)), 0.2) == frozenset()
+    best, r = skipped_matches(cal, 0.2)
+    assert max(policies, key=rate) == {0} == best and abs(r - rate(best)) < 1e-12
+    assert skipped_matches(cal, 0.0)[0] == frozenset() and skipped_matches(cal, 10.0)[0] == {0, 1}
+    # the runtime's per-round rule at the policy's own rate makes the same choice
+    assert [skip_drafter(cal, n, 0.2, r) for n in range(2)] == [True, False]
+    # at a lower rate (a generation where lookup does worse than in calibration) the drafter pays at both
+    assert not any(skip_drafter(cal, n, 0.2, 2.0) for n in range(2))
+    # a row with too few calibration rounds always runs the drafter; so do a table without gains and cost 0
+    thin = _table((100, 0.0, 0.5), (5, 6.0, 0.0))
+    assert skipped_matches(thin, 0.2)[0] == frozenset() and not skip_drafter(thin, 1, 0.2, 100.0)
     old = {**cal, "lookup": [{k: v for k, v in row.items() if k != "drafter_gain"} for row in cal["lookup"]]}
-    assert skipped_matches(old, 10.0) == frozenset()
+    assert not any(skip_drafter(old, n, 10.0, 100.0) for n in range(2))
+    assert not any(skip_drafter(cal, n, 0.0, 100.0) for n in range(2))
 
 
 def test_reliability_bins_cover_every_round():
