@@ -12,3 +12,12 @@ both() {
 stale_export() {
   [ ! -f "$1/manifest.json" ] || [ -n "$(find "$2" -newer "$1/manifest.json" -print -quit)" ]
 }
+
+# Seed run folder $1 from a committed copy: the finished run in $2 (its model/ written) if there is one, else
+# the unfinished one in $3 (with its checkpoint/, resumed by train-drafter) when $1 does not exist yet.
+seed_run() {
+  local run=$1 name; name=$(basename "$1")
+  [ ! -f "$run/model/config.json" ] || return 0
+  if [ -f "$2/$name/model/config.json" ]; then cp -r "$2/$name" "$(dirname "$run")/"
+  elif [ ! -d "$run" ] && [ -d "$3/$name" ]; then cp -r "$3/$name" "$(dirname "$run")/"; fi
+}

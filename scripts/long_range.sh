@@ -20,6 +20,8 @@ source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=${OUT:-runs/long-range}
 ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe} REGEN=${REGEN:-data/regen-v2}
 GEN2=${GEN2:-runs/exports/gen2}
+ABL_DONE=${ABL_DONE:-checkpoints/long-range}  # finished ablation runs, committed: copied, not retrained
+ABL_PARTIAL=${ABL_PARTIAL:-checkpoints/long-range-partial}  # unfinished ones, committed at a session's end: resumed
 mkdir -p "$OUT" results
 [ -f "$TARGET/model.safetensors" ] && [ -f "$REGEN/config.json" ] ||
   { echo "the target ($TARGET) or the regenerated text ($REGEN) is missing: run scripts/reference_v2.sh first" >&2; exit 2; }
@@ -29,6 +31,7 @@ export_run() {  # export folder, run folder: the run's drafter exported with the
 }
 ablation() {  # name, then train-drafter flags; a finished run is left alone
   local name=$1; shift
+  seed_run "$OUT/drafter-$name" "$ABL_DONE" "$ABL_PARTIAL"
   [ -f "$OUT/drafter-$name/model/config.json" ] ||
     $H train-drafter --target "$TARGET" --data "$REGEN" --out "$OUT/drafter-$name" "$@" --window 128 \
       --markov-rank 32 --steps "$ABL_STEPS" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
