@@ -25,10 +25,7 @@ $H regenerate --target "$TARGET" --prompts-from data/corpus --out "$REGEN" --tok
 
 drafter() {  # name, steps, then train-drafter flags; a finished run (its model/ written) is left alone
   local name=$1 steps=$2 run=$OUT/drafter-$1; shift 2
-  if [ ! -f "$run/model/config.json" ]; then  # a committed run, finished or to resume, seeds $OUT
-    if [ -f "$DONE/drafter-$name/model/config.json" ]; then cp -r "$DONE/drafter-$name" "$OUT/"
-    elif [ ! -d "$run" ] && [ -d "$PARTIAL/drafter-$name" ]; then cp -r "$PARTIAL/drafter-$name" "$OUT/"; fi
-  fi
+  seed_run "$run" "$DONE" "$PARTIAL"  # a committed run, finished or to resume, seeds $OUT
   [ -f "$run/model/config.json" ] && return
   $H train-drafter --target "$TARGET" --data "$REGEN" --out "$OUT/drafter-$name" "$@" \
     --intermediate-size 512 --markov-rank 32 --steps "$steps" --batch 4 --threads 1 >> "$OUT/drafter-$name.log" 2>&1
