@@ -152,6 +152,7 @@ def plot_probe(report: dict, path: Path) -> None:
         ax.set(title=f"{kind} evidence (explained: " + ", ".join(f"{r['explained']:.0%}" for r in rows) + ")",
                xlabel="filler tokens", ylabel="tau (tokens per round)", xscale="log")
         ax.set_xticks(x, [str(d) for d in x])
+        ax.set_xticks([], minor=True)  # a log axis labels its minor ticks too, over the distances
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
