@@ -2,7 +2,8 @@
 
 Export, validation, the manifest and the runtime all read these declarations. Variants change
 the set (no `state_commit` and no state inputs without memory; no `confidence` output without
-the confidence head), never the meaning of a name.
+the confidence head; `lookup_tokens` and `lookup_match` inputs only with the lookup input), never the
+meaning of a name.
 
 The target's graphs keep their K/V cache in place, in each format's own way:
 - ONNX: per-layer `past_key.{i}` / `past_value.{i}` inputs `[1, kvh, T, hd]` and `present_*`
@@ -118,10 +119,11 @@ def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chun
     outputs = (_i("draft_tokens", d.block), _f("draft_logits", d.block, d.head_size))
     if d.confidence:
         outputs += (_f("confidence", d.block),)
+    lookup = (_i("lookup_tokens", d.block), _i("lookup_match", 1)) if d.lookup_input else ()
     specs["draft_read"] = GraphSpec(
         "draft_read", "drafter",
-        (_i("anchor_token", 1), _i("anchor_pos", 1), _f("win_k", *win), _f("win_v", *win), _i("win_pos", w)) + state,
-        outputs)
+        (_i("anchor_token", 1), _i("anchor_pos", 1), _f("win_k", *win), _f("win_v", *win), _i("win_pos", w))
+        + state + lookup, outputs)
     specs["window_shift"] = GraphSpec(
         "window_shift", "drafter",
         (_f("features", VERIFY_ROWS, feat), _i("positions", VERIFY_ROWS), _i("n_valid", 1),
@@ -165,8 +167,13 @@ class DraftRead(nn.Module):
         super().__init__()
         self.drafter = drafter
 
-    def forward(self, anchor_token, anchor_pos, win_k, win_v, win_pos, ssm_state=None):
-        tokens, logits, conf = self.drafter.draft_read(anchor_token, anchor_pos, win_k, win_v, win_pos, ssm_state)
+    def forward(self, anchor_token, anchor_pos, win_k, win_v, win_pos, *rest):
+        """rest: the optional inputs in spec order (ssm_state with memory, then lookup_tokens and lookup_match)."""
+        cfg = self.drafter.cfg
+        names = (("ssm_state",) if cfg.memory != "off" else ()) + (("lookup_tokens", "lookup_match")
+                                                                   if cfg.lookup_input else ())
+        tokens, logits, conf = self.drafter.draft_read(anchor_token, anchor_pos, win_k, win_v, win_pos,
+                                                       **dict(zip(names, rest, strict=True)))
         return (tokens, logits) if conf is None else (tokens, logits, conf)
 
 

@@ -27,6 +27,7 @@ import torch
 from tokenizers import Tokenizer
 
 from hyflash.export.graphs import GraphSpec, cache_spec, graph_specs
+from hyflash.models.lookup import MAX_NGRAM, lookup
 from hyflash.models.target import generate
 from hyflash.runtime_py.loop import Runtime
 from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, ArtifactError, load_manifest
@@ -117,9 +118,12 @@ def drafter_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> Non
         pos += n
         if step % 2 == 0:
             anchor = int(rng.integers(rt.vocab))
+            # a lookup block, for a drafter that reads one: at times the anchor repeated (no match, n = 0)
+            match = int(rng.integers(MAX_NGRAM + 1))
+            found = (rng.integers(rt.vocab, size=rt.block) if match else np.full(rt.block, anchor), match)
             outs = [r.calls["draft_read", r.ctx.index].outputs for r in (rt, eager)]
             for r in (rt, eager):
-                r.draft(anchor, pos)
+                r.draft(anchor, pos, found=found)
             cmp.outputs("draft_read", *outs)
 
 
@@ -210,7 +214,8 @@ def drafter_agreement(rt: Runtime, eager: Runtime, features: np.ndarray, tokens:
         pos += n
     agree = total = 0
     while pos + VERIFY_ROWS <= len(tokens):
-        got, expected = (r.draft(tokens[pos], pos).copy() for r in (rt, eager))
+        found = lookup(tokens[:pos + 1], rt.block)  # what the loop would find (read by a lookup-input drafter)
+        got, expected = (r.draft(tokens[pos], pos, found=found).copy() for r in (rt, eager))
         agree, total = agree + int((got == expected).sum()), total + got.size
         n = int(rng.integers(1, VERIFY_ROWS + 1))
         for r in (rt, eager):

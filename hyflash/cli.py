@@ -412,7 +412,7 @@ def cmd_train_drafter(args) -> int:
     cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
                                    markov_rank=args.markov_rank, confidence=not args.no_confidence,
                                    memory_history=args.memory_history, slot_attention=not args.no_slot_attention,
-                                   draft_vocab=args.draft_vocab)
+                                   draft_vocab=args.draft_vocab, lookup_input=args.lookup_input)
     dest = train_drafter(target, cfg, rows, train_cfg, args.anchors, args.eval_every, args.eval_rows,
                          {"target": str(folder), "target_sha256": weights_sha256(folder), "seq_len": rows.seq_len})
     if is_writer():
@@ -783,6 +783,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-slot-attention", action="store_true", help="ablation: no attention among draft slots")
     p.add_argument("--draft-vocab", type=int, default=0,
                    help="N: the head predicts only the N most frequent target tokens of the data (0: all)")
+    p.add_argument("--lookup-input", action="store_true",
+                   help="draft_read also reads prompt-lookup's block and match length (docs/design.md)")
     p.add_argument("--seq-len", type=_positive(), default=None,
                    help="training window (default 512; a regenerated folder's own length)")
     p.add_argument("--anchors", type=_positive(), default=48, help="anchors sampled per sequence")

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hyflash.models.lookup import MAX_NGRAM
 from hyflash.models.memory import GatedDeltaNet, Mamba2
 from hyflash.models.target import RMSNorm, Rotary, Target, apply_rotary, attention
 
@@ -43,6 +44,7 @@ class DrafterConfig:
     memory_history: int | None = None  # ablation: memory sees only the last M features (training/eager)
     slot_attention: bool = True  # ablation: False = a slot attends to the window and itself only
     draft_vocab: int = 0  # N > 0: the head predicts only N target tokens (ids in the `d2t` buffer); 0 = all
+    lookup_input: bool = False  # draft_read also reads prompt-lookup's block (docs/design.md, "Lookup input")
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
 
@@ -75,6 +77,8 @@ class DrafterConfig:
         if not isinstance(self.draft_vocab, int) or not 0 <= self.draft_vocab <= self.vocab_size:
             raise ValueError(f"drafter: draft_vocab must be 0 (all) or at most the vocabulary ({self.vocab_size}), "
                              f"got {self.draft_vocab!r}")
+        if self.lookup_input and self.draft_vocab:
+            raise ValueError("drafter: lookup_input needs the whole vocabulary (draft_vocab 0): lookup proposes any token")
         if self.window == "full" and self.memory != "off":
             raise ValueError("drafter: window='full' is the full-attention baseline; it needs memory='off'")
 
@@ -193,6 +197,11 @@ class Drafter(nn.Module):
             nn.init.zeros_(self.markov_out.weight)  # starts as no bias at all
         if cfg.confidence:
             self.conf_head = nn.Linear(d, 1)
+        if cfg.lookup_input:  # all zero at first: a drafter that ignores its lookup input
+            self.lookup_embed = nn.Parameter(torch.zeros(MAX_NGRAM + 1, cfg.block, d))  # by match length, slot
+            self.copy_bias = nn.Parameter(torch.zeros(MAX_NGRAM + 1, cfg.block))
+            self.copy_gate = nn.Linear(d, 1, bias=False)
+            nn.init.zeros_(self.copy_gate.weight)
         slot = torch.arange(cfg.slots)
         mask = torch.ones(cfg.slots, cfg.slots, dtype=torch.bool) if cfg.slot_attention else slot[:, None] == slot
         self.register_buffer("slot_mask", mask, persistent=False)  # bidirectional among slots
@@ -228,11 +237,21 @@ class Drafter(nn.Module):
         """features: (n, K*H) -> c: (n, d)."""
         return self.fuse_norm(self.fuse(features[None])[0])
 
-    def slot_inputs(self, anchor_tokens):
-        """anchor_tokens: (B,) -> (B, S, d): anchor embedding, then B mask embeddings."""
+    def slot_inputs(self, anchor_tokens, lookup=None):
+        """anchor_tokens: (B,) -> (B, S, d): anchor embedding, then B mask embeddings. lookup: prompt-lookup's
+        block (B, 7) and match lengths (B,) (`lookup_input`): slot k's mask embedding gains lookup token k's
+        embedding, scaled per match length and slot."""
         b = anchor_tokens.shape[0]
-        return torch.cat([self.embed_tokens(anchor_tokens)[:, None], self.mask_embed.expand(b, self.cfg.block, -1)],
-                         dim=1)
+        masks = self.mask_embed.expand(b, self.cfg.block, -1)
+        if self.cfg.lookup_input:
+            block, match = lookup
+            masks = masks + self.embed_tokens(block) * self.lookup_embed[match]  # (B, 7, d)
+        return torch.cat([self.embed_tokens(anchor_tokens)[:, None], masks], dim=1)
+
+    def copy_logits(self, hn, match):
+        """`lookup_input`: hn (A, 7, d) normalised slot states, match (A,) -> (A, 7), the logit added to
+        each slot's lookup token (`head`'s `copy`): the drafter's trust in lookup's proposal there."""
+        return self.copy_gate(hn)[..., 0] + self.copy_bias[match]
 
     def slot_states(self, h):
         """h: (..., S, d) final slot states -> normalised states of slots 1..7 (..., 7, d), confidence
@@ -245,16 +264,15 @@ class Drafter(nn.Module):
         """(N, d): the rows of the target's LM head the drafter scores (all V without a draft vocabulary)."""
         return self.lm_head[self.d2t] if self.cfg.draft_vocab else self.lm_head
 
-    def readout(self, h):
-        """h: (..., S, d) final slot states -> logits of slots 1..7 before the Markov bias (..., 7, N),
-        confidence (..., 7) or None."""
-        hn, conf = self.slot_states(h)
-        return self.project(hn), conf
-
-    def head(self, hn, prev):
-        """hn (..., d) normalised slot states, prev (...) previous-slot tokens -> logits (..., N)."""
+    def head(self, hn, prev, copy=None):
+        """hn (..., d) normalised slot states, prev (...) previous-slot tokens -> logits (..., N). copy:
+        (lookup tokens (...), their logits `copy_logits` (...)) with `lookup_input`."""
         logits = self.project(hn)
-        return logits + self.markov(prev) if self.cfg.markov_rank else logits
+        if self.cfg.markov_rank:
+            logits = logits + self.markov(prev)
+        if copy is not None:
+            logits = logits.scatter_add(-1, copy[0][..., None], copy[1][..., None].to(logits.dtype))
+        return logits
 
     def markov(self, prev):
         """prev: (...) previous-slot tokens (target ids) -> logit bias (..., N)."""
@@ -266,12 +284,15 @@ class Drafter(nn.Module):
 
     # ------------------------------------------------------------------ run-time form (the graphs)
 
-    def draft_read(self, anchor_token, anchor_pos, win_k, win_v, win_pos, ssm_state=None):
+    def draft_read(self, anchor_token, anchor_pos, win_k, win_v, win_pos, ssm_state=None, lookup_tokens=None,
+                   lookup_match=None):
         """anchor_token, anchor_pos: (1,); win_k/win_v: (L_d, kvh, W, hd); win_pos: (W,) (-1 = empty);
-        ssm_state: (L_d, h, P, N). -> draft_tokens (7,) (target ids), draft_logits (7, head_size),
+        ssm_state: (L_d, h, P, N); lookup_tokens (7,), lookup_match (1,): prompt-lookup's block and its
+        n-gram length (`lookup_input`). -> draft_tokens (7,) (target ids), draft_logits (7, head_size),
         confidence (7,) or None. Reads only: no state comes out."""
         cfg = self.cfg
-        h = self.slot_inputs(anchor_token)  # (1, S, d)
+        lookup = (lookup_tokens[None], lookup_match) if cfg.lookup_input else None
+        h = self.slot_inputs(anchor_token, lookup)  # (1, S, d)
         cos, sin = self.rotary(anchor_pos + torch.arange(cfg.slots))
         ctx_mask = (win_pos >= 0)[None, None, :].expand(1, cfg.slots, -1)  # (1, S, W)
         for i, layer in enumerate(self.layers):
@@ -281,8 +302,13 @@ class Drafter(nn.Module):
             # handles (a 2-D input becomes Gemm, which MatMulNBitsQuantizer silently skips)
             read = (lambda x, i=i: layer.mem.read(ssm_state[i:i + 1], x)) if layer.mem is not None else None
             h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
-        base, conf = self.readout(h)  # (1, 7, N), (1, 7)
+        hn, conf = self.slot_states(h)
+        base = self.project(hn)  # (1, 7, N)
         conf = conf[0] if conf is not None else None  # (7,)
+        if cfg.lookup_input:  # each slot's lookup token gains its copy logit (a compare, not a scatter: one op)
+            copy = self.copy_logits(hn, lookup_match)  # (1, 7)
+            hit = lookup_tokens[:, None] == torch.arange(cfg.vocab_size)  # (7, N)
+            base = base + torch.where(hit, copy[0][:, None], 0.0)[None]
         # the Markov chain, unrolled: slot k's bias comes from slot k-1's token (the anchor for slot 1).
         # Kept 3-D, (1, 1, ·) per slot: five nodes a slot, and the bias a MatMul (int4 quantizes it)
         prev, tokens, logits = anchor_token[None], [], []  # prev: (1, 1)
@@ -350,14 +376,16 @@ class Drafter(nn.Module):
         per_layer = [layer.mem.states_batch(c, anchors, self.cfg.memory_history) for layer in self.layers]
         return [list(seq) for seq in zip(*per_layer)]
 
-    def forward_train(self, features, tokens, anchors, prev, mem_inputs=None, states_only: bool = False):
+    def forward_train(self, features, tokens, anchors, prev, mem_inputs=None, states_only: bool = False,
+                      lookup=None):
         """One sequence, many anchors at once.
 
         features: (T, K*H) target features of tokens 0..T-1; tokens: (T,); anchors: (A,) positions
         a (features 0..a-1 are committed, token a is the anchor); prev: (A, 7) previous-slot tokens
         for the Markov head; mem_inputs: this sequence's entry of `memory_inputs` (else computed
-        here). -> logits (A, 7, V) for positions a+1..a+7 (`states_only`: the normalised slot
-        states (A, 7, d) instead, for `head` to apply in chunks), confidence (A, 7) or None.
+        here); lookup: prompt-lookup's blocks (A, 7) and match lengths (A,) at the anchors
+        (`lookup_input`, `lookup_many`). -> logits (A, 7, V) for positions a+1..a+7 (`states_only`: the
+        normalised slot states (A, 7, d) instead, for `head` to apply in chunks), confidence (A, 7) or None.
         """
         cfg = self.cfg
         t = features.shape[0]
@@ -371,7 +399,7 @@ class Drafter(nn.Module):
         if cfg.window != "full":
             ctx = ctx & (pos[None, :] >= anchors[:, None] - cfg.window)
         ctx_mask = ctx[:, None, :].expand(-1, cfg.slots, -1)  # (A, S, T)
-        h = self.slot_inputs(tokens[anchors])  # (A, S, d)
+        h = self.slot_inputs(tokens[anchors], lookup)  # (A, S, d)
         for i, layer in enumerate(self.layers):
             k_ctx, v_ctx = layer.kv_heads(c[None], cos_c, sin_c)  # (1, kvh, T, hd)
             read = None
@@ -381,4 +409,7 @@ class Drafter(nn.Module):
                 read = lambda x, inputs=inputs, mem=layer.mem: mem.read_many(inputs, x)  # noqa: E731
             h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
         hn, conf = self.slot_states(h)
-        return (hn if states_only else self.head(hn, prev)), conf
+        if states_only:
+            return hn, conf
+        copy = (lookup[0], self.copy_logits(hn, lookup[1])) if self.cfg.lookup_input else None
+        return self.head(hn, prev, copy), conf

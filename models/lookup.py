@@ -23,6 +23,15 @@ def lookup(history, block: int, max_ngram: int = MAX_NGRAM) -> tuple[np.ndarray,
     return np.full(block, seq[-1], np.int64), 0
 
 
+def lookup_many(tokens, anchors, block: int, max_ngram: int = MAX_NGRAM) -> tuple[np.ndarray, np.ndarray]:
+    """`lookup` at each anchor a of one sequence, on its history tokens[:a + 1] (what the loop has
+    committed, and the anchor): blocks (A, block) and match lengths (A,), as int64 arrays."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    found = [lookup(tokens[:a + 1], block, max_ngram) for a in np.asarray(anchors).tolist()]
+    return (np.stack([b for b, _ in found]).reshape(-1, block).astype(np.int64),
+            np.array([n for _, n in found], dtype=np.int64))
+
+
 def prompt_lookup(history, block: int, max_ngram: int = MAX_NGRAM) -> np.ndarray:
     """The lookup block alone (see `lookup`)."""
     return lookup(history, block, max_ngram)[0]

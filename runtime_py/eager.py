@@ -69,28 +69,25 @@ class EagerBackend(Backend):
             states.append(torch.einsum("th,thp,tn->hpn", weight[0], x, b))
         return torch.stack(states)
 
-    def _limited(self, graph: str, fn, names: list[str]):
+    def _limited(self, graph: str, fn):
         """memory_history: window_shift also keeps the rows it folds in; draft_read reads `limited_state`
         instead of the folded state (which state_commit still keeps, unread)."""
-        at = {name: i for i, name in enumerate(names)}
         if graph == "window_shift":
-            def shift(*args):
-                pos, n = int(args[at["positions"]][0]), int(args[at["n_valid"]][0])
+            def shift(**args):
+                pos, n = int(args["positions"][0]), int(args["n_valid"][0])
                 del self.history[pos:]  # folding is in position order from 0: a new prompt starts over
-                self.history.extend(args[at["features"]][:n].clone())
-                return fn(*args)
+                self.history.extend(args["features"][:n].clone())
+                return fn(**args)
             return shift
         if graph == "draft_read":
-            def read(*args):
-                args = list(args)
-                args[at["ssm_state"]] = self.limited_state(int(args[at["anchor_pos"]][0]))
-                return fn(*args)
+            def read(**args):
+                return fn(**{**args, "ssm_state": self.limited_state(int(args["anchor_pos"][0]))})
             return read
         return fn
 
     def bind(self, graph, inputs, outputs, cache):
         spec = self.contract.graph(graph)
-        args = [torch.from_numpy(inputs[t["name"]]) for t in spec["inputs"]]
+        args = {t["name"]: torch.from_numpy(inputs[t["name"]]) for t in spec["inputs"]}  # fed by name
         targets = [outputs[t["name"]] for t in spec["outputs"]]
         if spec["model"] == "target":
             k_cache, v_cache = (torch.from_numpy(a) for a in cache.stacked())
@@ -107,11 +104,11 @@ class EagerBackend(Backend):
         else:
             fn = getattr(self.drafter, graph)
             if self.memory_history is not None:
-                fn = self._limited(graph, fn, [t["name"] for t in spec["inputs"]])
+                fn = self._limited(graph, fn)
 
         def run():  # fp16 inputs of an fp16 export run in the models' fp32; outputs are copied into fp16
             with torch.no_grad():
-                outs = fn(*(a.float() if a.is_floating_point() else a for a in args))
+                outs = fn(**{n: a.float() if a.is_floating_point() else a for n, a in args.items()})
             for dst, src in zip(targets, [o for o in outs if o is not None]):
                 np.copyto(dst, src.numpy())
 

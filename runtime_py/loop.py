@@ -106,6 +106,7 @@ class Runtime:
         eos = generation["eos_token_ids"] if generation else self.manifest["target"]["config"].get("eos_token_id")
         self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         self.has_memory = c.has_memory
+        self.reads_lookup = c.reads_lookup  # draft_read takes prompt-lookup's block (a --lookup-input drafter)
         self.hybrid = self.manifest["drafter"].get("hybrid")  # hybrid drafting's calibration, if any
         self.cache = TargetCache(c, host=self.backend.host_cache)
         self.ctx = DrafterContext(c)
@@ -170,11 +171,18 @@ class Runtime:
         self._run(graph, call, stats)
         return call.outputs["logits"], call.outputs["features"]
 
-    def draft(self, anchor: int, pos: int, stats: Stats | None = None) -> np.ndarray:
-        """draft_read on the current context: the drafts for positions pos+1..pos+7."""
+    def draft(self, anchor: int, pos: int, stats: Stats | None = None,
+              found: tuple[np.ndarray, int] | None = None) -> np.ndarray:
+        """draft_read on the current context: the drafts for positions pos+1..pos+7. found: prompt-lookup's
+        block and match length on the text up to the anchor (`lookup`), which a lookup-input drafter reads."""
         call = self.calls["draft_read", self.ctx.index]
         call.inputs["anchor_token"][0] = anchor
         call.inputs["anchor_pos"][0] = pos
+        if self.reads_lookup:
+            if found is None:
+                raise ValueError("this drafter reads prompt-lookup's block (exported --lookup-input): pass found")
+            call.inputs["lookup_tokens"][:] = found[0]
+            call.inputs["lookup_match"][0] = found[1]
         self._run("draft_read", call, stats)
         return call.outputs["draft_tokens"]
 
@@ -306,11 +314,11 @@ class Runtime:
             # 2. draft d_1..d_7 for positions pos+1..pos+7 (hybrid: the block expected to go further; the
             # drafter is not run where lookup's match leaves it too little to add for its cost)
             drafts = expected = None
-            if cfg.draft != "model":
+            if cfg.draft != "model" or self.reads_lookup:
                 block, match = lookup(prompt + stats.tokens, self.block)
             skip = cfg.draft == "hybrid" and skip_drafter(self.hybrid, match, cfg.draft_cost, made / spent)
             if use_drafter and not skip:
-                drafts = self.draft(anchor, pos, stats)
+                drafts = self.draft(anchor, pos, stats, (block, match) if self.reads_lookup else None)
                 conf = self.confidence()
                 expected = float(conf.sum()) if conf is not None else None  # the head's expected accepted drafts
             if cfg.draft != "model" and (drafts is None or choose_lookup(self.hybrid, expected, match)):
@@ -381,7 +389,7 @@ class Runtime:
                  "target_verify": lambda: self.run_target("target_verify", [tok] * VERIFY_ROWS, c)}
         if c + self.chunk <= self.max_context:
             calls["target_prefill"] = lambda: self.run_target("target_prefill", [tok] * self.chunk, c)
-        calls["draft_read"] = lambda: self.draft(tok, c)
+        calls["draft_read"] = lambda: self.draft(tok, c, found=(np.full(self.block, tok), 0))
         if self.has_memory:
             calls["state_commit"] = self.calls["state_commit", i].run
         calls["window_shift"] = shift.run

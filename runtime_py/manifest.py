@@ -50,6 +50,7 @@ class Contract:
         self.block, self.window = manifest["block"], manifest["window"]
         self.max_context, self.prefill_chunk = manifest["max_context"], manifest["prefill_chunk"]
         self.has_memory = "state_commit" in self.graphs
+        self.reads_lookup = any(t["name"] == "lookup_tokens" for t in self.graphs["draft_read"]["inputs"])
         self.drafter_graphs = tuple(g for g in DRAFTER_GRAPHS if g in self.graphs)
         self.vocab = self.io("target_decode", "logits")["shape"][-1]
 

@@ -30,7 +30,7 @@ runtime = Runtime(folder, threads=threads)
 runtime.probe_prefill(np.random.default_rng(0).integers(3, runtime.vocab, committed).tolist())
 runtime.probe_graph_times(committed, 60)
 report = {"committed": committed, "threads": threads}
-for graph in ("target_decode", "target_verify", "draft_read"):
+for graph in ("target_decode", "target_verify", "draft_read", "state_commit", "window_shift"):
     events = json.load(open(runtime.backend.sessions[graph].end_profiling()))
     runs = sum(e.get("name") == "model_run" for e in events)
     by_op = collections.Counter()

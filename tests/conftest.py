@@ -121,3 +121,23 @@ def reference_pte(tmp_path_factory):
     export(ExportConfig(target=resolve("reference", "target"), drafter=str(resolve("reference", "drafter")), out=out,
                         formats=("pte",)), progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def lookup_input_export(qwen3_dir, tmp_path_factory):
+    """A random mamba2 drafter that reads prompt-lookup's block (--lookup-input), in both formats."""
+    import torch
+
+    from hyflash.models.drafter import Drafter, DrafterConfig
+    from hyflash.models.loading import load_target, save_drafter, target_info
+
+    base = tmp_path_factory.mktemp("lookup-input")
+    target = load_target(qwen3_dir)
+    torch.manual_seed(7)
+    drafter = Drafter.for_target(target, DrafterConfig.for_target(
+        target, ssm_heads=2, ssm_head_dim=16, d_state=16, markov_rank=8, lookup_input=True))
+    with torch.no_grad():  # the lookup gates start at zero (a drafter that ignores them): make them matter
+        for p in drafter.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    save_drafter(drafter, base / "drafter", target_info(target))
+    return export_folder(qwen3_dir, base / "drafter", base / "export", "both")

@@ -7,6 +7,7 @@ import torch
 
 from hyflash.models.config import TargetConfig
 from hyflash.models.drafter import Drafter, DrafterConfig
+from hyflash.models.lookup import lookup, lookup_many
 from hyflash.models.target import Target
 
 H, V = 64, 96
@@ -49,8 +50,12 @@ def run_time(drafter, features, tokens, sizes, max_context, pad=float("nan")):
         ctx["win_k"], ctx["win_v"], ctx["win_pos"] = drafter.window_shift(f, positions, nv, ctx["win_k"],
                                                                           ctx["win_v"], ctx["win_pos"])
         pos += n
+        found = {}
+        if drafter.cfg.lookup_input:  # prompt-lookup's block on the text up to the anchor, as the loop finds it
+            block, match = lookup(tokens[:pos + 1].tolist(), drafter.cfg.block)
+            found = {"lookup_tokens": torch.from_numpy(block), "lookup_match": torch.tensor([match])}
         t, lg, cf = drafter.draft_read(tokens[pos:pos + 1], torch.tensor([pos]), ctx["win_k"], ctx["win_v"],
-                                       ctx["win_pos"], ctx.get("ssm_state"))
+                                       ctx["win_pos"], ctx.get("ssm_state"), **found)
         anchors.append(pos)
         toks.append(t)
         logits.append(lg)
@@ -61,7 +66,8 @@ def run_time(drafter, features, tokens, sizes, max_context, pad=float("nan")):
 
 CASES = [dict(memory=m, markov_rank=r, window=w)
          for m, r, w in itertools.product(["mamba2", "gated_deltanet", "off"], [8, 0], [6, 64])]
-CASES += [dict(memory="off", window="full"), dict(memory="mamba2", slot_attention=False, confidence=False)]
+CASES += [dict(memory="off", window="full"), dict(memory="mamba2", slot_attention=False, confidence=False),
+          dict(memory="mamba2", lookup_input=True), dict(memory="off", markov_rank=0, lookup_input=True)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
@@ -81,6 +87,7 @@ def _check_forms_agree(drafter, atol):
     t = 60
     features = torch.randn(t, drafter.cfg.feature_size, generator=gen)
     tokens = torch.randint(0, V, (t,), generator=gen)
+    tokens[30:50] = tokens[4:24]  # a repeat: prompt-lookup finds matches of every length
     sizes = torch.randint(1, 9, (12,), generator=gen).tolist()
     sizes = [s for s in itertools.accumulate(sizes) if s < t - 8]
     sizes = [b - a for a, b in zip([0] + sizes, sizes)]
@@ -88,11 +95,15 @@ def _check_forms_agree(drafter, atol):
         anchors, draft_tokens, rt_logits, rt_conf = run_time(drafter, features, tokens, sizes, max_context=64)
         prev = torch.cat([tokens[anchors][:, None], draft_tokens[:, :-1]], dim=1)
         scale = max(1.0, float(rt_logits.abs().max()))  # rounding grows with the values rounded
-        tr_logits, tr_conf = drafter.forward_train(features, tokens, anchors, prev)
+        found = None
+        if drafter.cfg.lookup_input:
+            found = tuple(torch.from_numpy(x) for x in lookup_many(tokens.numpy(), anchors.numpy(), drafter.cfg.block))
+            assert {0, 3} <= set(found[1].tolist())  # no match and the longest: each has its own gates
+        tr_logits, tr_conf = drafter.forward_train(features, tokens, anchors, prev, lookup=found)
         if drafter.cfg.memory != "off":  # the trainer's batched memory scan: one sequence of a batch of two
             batch = torch.stack([features, torch.randn(features.shape, generator=gen)])
             memory = drafter.memory_inputs(batch, torch.stack([anchors, anchors.flip(0)]))
-            batched, _ = drafter.forward_train(features, tokens, anchors, prev, memory[0])
+            batched, _ = drafter.forward_train(features, tokens, anchors, prev, memory[0], lookup=found)
             assert (batched - rt_logits).abs().max() <= atol * scale
     diff = (tr_logits - rt_logits).abs()
     assert diff.max() <= atol * scale, f"max {diff.max():.3g}, mean {diff.mean():.3g}, logit scale {rt_logits.abs().max():.3g}"

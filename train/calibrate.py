@@ -39,8 +39,9 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchora
     for i in range(0, len(tokens), batch):
         rows = torch.from_numpy(tokens[i:i + batch].astype(np.int64))
         allowed = torch.from_numpy(anchorable[i:i + batch])
-        for row, (a, labels, states, prev, conf) in zip(rows.numpy(), model.predict(rows, allowed)):
-            guess = chunked_head_loss(drafter, states.flatten(0, 1), prev.flatten(), labels.flatten())[1]
+        for row, (a, labels, states, prev, conf, copy) in zip(rows.numpy(), model.predict(rows, allowed)):
+            guess = chunked_head_loss(drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
+                                      tuple(x.flatten() for x in copy) if copy is not None else None)[1]
             chain_ok = (guess.view_as(labels) == labels).int().cumprod(-1)  # (A, 7)
             out["expected"] += conf.sum(-1).tolist()
             out["drafter"] += chain_ok.sum(-1).tolist()

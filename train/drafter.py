@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import save_drafter, target_info
+from hyflash.models.lookup import lookup_many
 from hyflash.models.target import Target
 from hyflash.train.batches import Rows
 from hyflash.train.loop import TrainConfig, pick_device, train, write_folder
@@ -35,21 +36,24 @@ def chunked_argmax(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return out.view(hidden.shape[:-1])
 
 
-def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor, labels: torch.Tensor):
-    """Cross-entropy and argmax (as target ids) of `drafter.head(states, prev)` for (N, d) states and
-    target-id labels: at a large vocabulary
+def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor, labels: torch.Tensor,
+                      copy: tuple[torch.Tensor, torch.Tensor] | None = None):
+    """Cross-entropy and argmax (as target ids) of `drafter.head(states, prev, copy)` for (N, d) states and
+    target-id labels (copy: (N,) lookup tokens and their copy logits, `lookup_input`): at a large vocabulary
     a chunk of rows at a time, each chunk's logits recomputed in backward instead of kept."""
     rows = max(1, LOGIT_BUDGET // drafter.cfg.vocab_size)
     if len(states) <= rows:
-        return _head_loss(drafter, states, prev, labels)
+        return _head_loss(drafter, states, prev, labels, *(copy or (None, None)))
     parts = [checkpoint(_head_loss, drafter, states[i:i + rows], prev[i:i + rows], labels[i:i + rows],
+                        *((copy[0][i:i + rows], copy[1][i:i + rows]) if copy is not None else (None, None)),
                         use_reentrant=False) for i in range(0, len(states), rows)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
-def _head_loss(drafter: Drafter, states, prev, labels):
+def _head_loss(drafter: Drafter, states, prev, labels, copy_tokens=None, copy_logits=None):
     """labels: target ids; with a draft vocabulary a label outside it has no loss (it cannot be drafted)."""
-    logits = drafter.head(states, prev).float()
+    copy = (copy_tokens, copy_logits) if copy_tokens is not None else None
+    logits = drafter.head(states, prev, copy).float()
     if drafter.cfg.draft_vocab:
         index = torch.full((drafter.cfg.vocab_size,), -100, dtype=torch.long, device=labels.device)
         index[drafter.d2t] = torch.arange(drafter.cfg.draft_vocab, device=labels.device)
@@ -89,9 +93,10 @@ class Distill(nn.Module):
     def predict(self, tokens: torch.Tensor, anchorable: torch.Tensor):
         """tokens (B, T); anchorable (B, T) bool: the positions an anchor may take (`draw_anchors`).
         Yields per row: anchors (A,), labels (A, 7) (the target's choices for positions a+1..a+7),
-        the drafter's normalised slot states (A, 7, d) (its logits: `Drafter.head(states, prev)`),
-        prev (A, 7) and confidence (A, 7) or None; slots are fed the labels before them (while its
-        chain is right, exactly what the runtime's draft sees). Logits exist only where labels are."""
+        the drafter's normalised slot states (A, 7, d) (its logits: `Drafter.head(states, prev, copy)`),
+        prev (A, 7), confidence (A, 7) or None, and copy: with `lookup_input`, prompt-lookup's blocks at
+        the anchors (A, 7) and their copy logits (A, 7), else None; slots are fed the labels before them
+        (while its chain is right, exactly what the runtime's draft sees). Logits exist only where labels are."""
         target, block = self.target[0], self.drafter.cfg.block
         tokens, anchorable = tokens.to(self.slot_weight.device), anchorable.to(self.slot_weight.device)
         anchors = draw_anchors(tokens, anchorable, block, self.anchors)  # (B, A)
@@ -104,14 +109,21 @@ class Distill(nn.Module):
         for b, a in enumerate(anchors):  # a: (A,)
             labels = choice[b].view(-1, block)  # (A, 7): slot k <- choice at a+k-1
             prev = torch.cat([tokens[b][a][:, None], labels[:, :-1]], dim=1)
+            lookup = None
+            if self.drafter.cfg.lookup_input:  # what the loop's lookup finds at each anchor, history up to it
+                lookup = tuple(torch.from_numpy(x).to(tokens.device)
+                               for x in lookup_many(tokens[b].cpu().numpy(), a.cpu().numpy(), block))
             states, conf = self.drafter.forward_train(features[b], tokens[b], a, prev,
-                                                      memory[b] if memory is not None else None, states_only=True)
-            yield a, labels, states, prev, conf
+                                                      memory[b] if memory is not None else None, states_only=True,
+                                                      lookup=lookup)
+            copy = (lookup[0], self.drafter.copy_logits(states, lookup[1])) if lookup is not None else None
+            yield a, labels, states, prev, conf, copy
 
     def forward(self, tokens: torch.Tensor, anchorable: torch.Tensor):
         losses, confs, hits = [], [], []
-        for _, labels, states, prev, conf in self.predict(tokens, anchorable):
-            ce, guess = chunked_head_loss(self.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten())
+        for _, labels, states, prev, conf, copy in self.predict(tokens, anchorable):
+            ce, guess = chunked_head_loss(self.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
+                                          tuple(x.flatten() for x in copy) if copy is not None else None)
             ce, guess = ce.view_as(labels), guess.view_as(labels)  # guess: target ids
             losses.append((ce * self.slot_weight).sum(-1).mean())
             correct = (guess == labels).float().cumprod(-1)  # greedy chain still right at slot k

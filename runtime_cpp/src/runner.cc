@@ -204,6 +204,21 @@ const T* output(const std::map<std::string, size_t>& index, const std::vector<EV
   if (it == index.end()) throw ArtifactError("the graph has no output '" + name + "'; re-export");
   return outs.at(it->second).toTensor().const_data_ptr<T>();
 }
+// Prompt-lookup, as models/lookup.py: the `block` tokens after the latest earlier occurrence of the longest
+// suffix n-gram of `history` (n = 3..1), padded with their last; without a match the last token repeated, n = 0.
+std::pair<std::vector<int64_t>, int64_t> lookup(const std::vector<int64_t>& history, int64_t block) {
+  const int64_t len = static_cast<int64_t>(history.size());
+  for (int64_t n = std::min<int64_t>(3, len - 1); n >= 1; --n) {
+    for (int64_t i = len - 1 - n; i >= 0; --i) {  // every earlier n-gram, the latest first
+      if (!std::equal(history.begin() + i, history.begin() + i + n, history.end() - n)) continue;
+      const int64_t start = i + n, end = std::min(len, start + block);
+      std::vector<int64_t> out(history.begin() + start, history.begin() + end);
+      out.resize(block, out.back());
+      return {out, n};
+    }
+  }
+  return {std::vector<int64_t>(block, history.back()), 0};
+}
 }  // namespace
 
 void Runner::check_room(int64_t pos, int64_t width) const {
@@ -226,9 +241,15 @@ std::pair<const float*, const float*> Runner::run_target(const std::string& grap
   return {output<float>(index, keep, "logits"), output<float>(index, keep, "features")};
 }
 
-const int64_t* Runner::draft(int64_t anchor, int64_t pos, Stats& stats, Outputs& keep) {
+const int64_t* Runner::draft(int64_t anchor, int64_t pos, const std::vector<int64_t>& history, Stats& stats,
+                             Outputs& keep) {
   small_.at("anchor_token")->ints[0] = anchor;
   small_.at("anchor_pos")->ints[0] = pos;
+  if (small_.count("lookup_tokens")) {  // a lookup-input drafter
+    auto [found, n] = lookup(history, m_.block);
+    std::copy(found.begin(), found.end(), small_.at("lookup_tokens")->ints.begin());
+    small_.at("lookup_match")->ints[0] = n;
+  }
   keep = run("draft_read", stats);
   const int64_t* drafts = output<int64_t>(calls_.at("draft_read").outputs, keep, "draft_tokens");
   for (int64_t i = 0; i < m_.block; ++i)
@@ -315,6 +336,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   Rng rng(cfg.seed);
   const int64_t vocab = m_.vocab, block = m_.block, len = stats.prompt_tokens;
   Outputs target_out, draft_out;
+  std::vector<int64_t> history(prompt);  // the prompt and every emitted token: ends with the anchor
 
   // 1. prefill: target_prefill in chunks (target_verify where a chunk would pass the cache's end);
   // every prompt feature folded into the drafter, 8 rows at a time
@@ -343,6 +365,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   auto t1 = Clock::now();
   while (true) {
     stats.tokens.insert(stats.tokens.end(), fresh.begin(), fresh.end());
+    history.insert(history.end(), fresh.begin(), fresh.end());
     if (!stats.stop_reason.empty()) break;
     if (!cfg.draft) {  // target-only: one row at a time through target_decode
       auto [logits, feats] = run_target("target_decode", {anchor}, pos, stats, target_out);
@@ -353,7 +376,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
       continue;
     }
     // 2. draft d_1..d_7 for positions pos+1..pos+7
-    const int64_t* d = draft(anchor, pos, stats, draft_out);
+    const int64_t* d = draft(anchor, pos, history, stats, draft_out);
     std::vector<int64_t> drafts(d, d + block);
     // 3. verify [anchor, d_1..d_7] at pos..pos+7 (all 8 rows written; rejected ones go stale)
     std::vector<int64_t> ids = {anchor};

@@ -84,7 +84,8 @@ class Runner {
   // a target graph on tokens at positions pos.. (padded to its width) -> (logits, features) views
   std::pair<const float*, const float*> run_target(const std::string& graph, const std::vector<int64_t>& tokens,
                                                    int64_t pos, Stats& stats, Outputs& keep);
-  const int64_t* draft(int64_t anchor, int64_t pos, Stats& stats, Outputs& keep);
+  // draft_read; a drafter exported --lookup-input also reads prompt-lookup's block on `history` (ends with the anchor)
+  const int64_t* draft(int64_t anchor, int64_t pos, const std::vector<int64_t>& history, Stats& stats, Outputs& keep);
   void commit(const float* features, int64_t pos, int64_t n, Stats& stats);
   void reset_context();
   void check_room(int64_t pos, int64_t width) const;
