@@ -21,3 +21,25 @@ seed_run "$OUT/drafter-hyflash-lookup" "$DONE" "$PARTIAL"
     --intermediate-size 512 --window 128 --markov-rank 32 --steps "$STEPS" --batch 4 --threads "$THREADS" \
     --lookup-input >> "$OUT/drafter-hyflash-lookup.log" 2>&1
 [ -z "${TRAIN_ONLY:-}" ] || exit 0
+[ -f "$OUT/drafter-hyflash-base/model/config.json" ] || cp -r "$BASE" "$OUT/drafter-hyflash-base"
+
+# hybrid drafting's constants for both, from the regenerated training text (never bench prompts), then exports
+for name in hyflash-base hyflash-lookup; do
+  run=$OUT/drafter-$name
+  [ -f "$run/model/hybrid.json" ] ||
+    $H calibrate --drafter "$run/model" --target "$TARGET" --data "$REGEN" --threads 2 \
+      --plot "$run/reliability.png" --json > "$run/calibration.json"
+  ! stale_export "$OUT/export-$name" "$run/model" ||
+    $H export --target "$TARGET" --drafter "$run/model" --out "$OUT/export-$name" --format onnx --force
+done
+# side by side in one run per temperature (prompt-lookup, hybrid and target-only rows come with them)
+for t in 0 1; do
+  out=$RESULT$([ "$t" = 0 ] || echo "_t$t")
+  [ -f "$out.json" ] && continue
+  $H bench "$OUT"/export-hyflash-{base,lookup} --buckets 256,512,1024,2048 --prompts-per-bucket "$PROMPTS" \
+    --max-new-tokens 64 --temperature "$t" --seed 0 --threads 2 --plot "$out.png" --json > "$out.json.partial"
+  mv "$out.json.partial" "$out.json"
+  .venv/bin/python -c "
+import json; from hyflash.runtime_py.bench import format_results
+print(format_results(json.load(open('$out.json'))))"
+done
