@@ -4,7 +4,11 @@
 # (checkpoints/long-range/drafter-hyflash-base: the second-generation target, data/regen-v2, window 128,
 # MLP 512, Markov rank 32, batch 4, seed 0) and the same run with --lookup-input.
 # Then both exported and benched side by side with prompt-lookup and hybrid drafting, greedy and at T = 1
-# (results/lookup_input.json, lookup_input_t1.json, with plots). Every step resumes where it stopped.
+# (results/lookup_input.json, lookup_input_t1.json, with plots). Then the same drafter at the embedded
+# drafters' budget (EMBED_STEPS, 3,000: runs/reference-v2/drafter-hyflash-lookup, committed in
+# checkpoints/drafters-v2), calibrated, for `HYFLASH_RUN=runs/reference-v2/drafter-hyflash-lookup
+# RUNS=runs/reference-v2 scripts/drafter_card.sh` to install as the embedded HyFlash drafter.
+# Every step resumes where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
@@ -15,20 +19,33 @@ DONE=${DONE:-checkpoints/lookup-input}  # the finished run, committed: copied, n
 PARTIAL=${PARTIAL:-checkpoints/lookup-input-partial}  # an unfinished one, committed at a session's end: resumed
 BASE=${BASE:-checkpoints/long-range/drafter-hyflash-base}
 mkdir -p "$OUT" results
-seed_run "$OUT/drafter-hyflash-lookup" "$DONE" "$PARTIAL"
-[ -f "$OUT/drafter-hyflash-lookup/model/config.json" ] ||
-  $H train-drafter --target "$TARGET" --data "$REGEN" --out "$OUT/drafter-hyflash-lookup" --memory mamba2 \
-    --intermediate-size 512 --window 128 --markov-rank 32 --steps "$STEPS" --batch 4 --threads "$THREADS" \
-    --lookup-input >> "$OUT/drafter-hyflash-lookup.log" 2>&1
+EMBED_STEPS=${EMBED_STEPS:-3000} EMBED=${EMBED:-runs/reference-v2}
+EMBED_DONE=${EMBED_DONE:-checkpoints/drafters-v2} EMBED_PARTIAL=${EMBED_PARTIAL:-checkpoints/drafters-v2-partial}
+train() {  # run folder, steps, finished copies, unfinished copies: HyFlash with the lookup input
+  seed_run "$1" "$3" "$4"
+  [ -f "$1/model/config.json" ] ||
+    $H train-drafter --target "$TARGET" --data "$REGEN" --out "$1" --memory mamba2 --intermediate-size 512 \
+      --window 128 --markov-rank 32 --steps "$2" --batch 4 --threads "$THREADS" --lookup-input >> "$1.log" 2>&1
+}
+calibrate() {  # run folder: hybrid.json from the regenerated training text (never bench prompts)
+  [ -f "$1/model/hybrid.json" ] ||
+    $H calibrate --drafter "$1/model" --target "$TARGET" --data "$REGEN" --threads 2 \
+      --plot "$1/reliability.png" --json > "$1/calibration.json"
+}
+if [ -n "${EMBED_ONLY:-}" ]; then  # the embedded budget's run alone
+  mkdir -p "$EMBED"
+  train "$EMBED/drafter-hyflash-lookup" "$EMBED_STEPS" "$EMBED_DONE" "$EMBED_PARTIAL"
+  calibrate "$EMBED/drafter-hyflash-lookup"
+  exit 0
+fi
+train "$OUT/drafter-hyflash-lookup" "$STEPS" "$DONE" "$PARTIAL"
 [ -z "${TRAIN_ONLY:-}" ] || exit 0
 [ -f "$OUT/drafter-hyflash-base/model/config.json" ] || cp -r "$BASE" "$OUT/drafter-hyflash-base"
 
 # hybrid drafting's constants for both, from the regenerated training text (never bench prompts), then exports
 for name in hyflash-base hyflash-lookup; do
   run=$OUT/drafter-$name
-  [ -f "$run/model/hybrid.json" ] ||
-    $H calibrate --drafter "$run/model" --target "$TARGET" --data "$REGEN" --threads 2 \
-      --plot "$run/reliability.png" --json > "$run/calibration.json"
+  calibrate "$run"
   ! stale_export "$OUT/export-$name" "$run/model" ||
     $H export --target "$TARGET" --drafter "$run/model" --out "$OUT/export-$name" --format onnx --force
 done
