@@ -124,14 +124,14 @@ def reference_pte(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def lookup_input_export(qwen3_dir, tmp_path_factory):
-    """A random mamba2 drafter that reads prompt-lookup's block (--lookup-input), in both formats."""
+def lookup_input_drafter(qwen3_dir, tmp_path_factory):
+    """A random mamba2 drafter folder that reads prompt-lookup's block (--lookup-input)."""
     import torch
 
     from hyflash.models.drafter import Drafter, DrafterConfig
     from hyflash.models.loading import load_target, save_drafter, target_info
 
-    base = tmp_path_factory.mktemp("lookup-input")
+    folder = tmp_path_factory.mktemp("lookup-input") / "drafter"
     target = load_target(qwen3_dir)
     torch.manual_seed(7)
     drafter = Drafter.for_target(target, DrafterConfig.for_target(
@@ -139,5 +139,16 @@ def lookup_input_export(qwen3_dir, tmp_path_factory):
     with torch.no_grad():  # the lookup gates start at zero (a drafter that ignores them): make them matter
         for p in drafter.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    save_drafter(drafter, base / "drafter", target_info(target))
-    return export_folder(qwen3_dir, base / "drafter", base / "export", "both")
+    save_drafter(drafter, folder, target_info(target))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def lookup_input_onnx(qwen3_dir, lookup_input_drafter):
+    return export_folder(qwen3_dir, lookup_input_drafter, lookup_input_drafter.parent / "onnx", "onnx")
+
+
+@pytest.fixture(scope="session")
+def lookup_input_pte(qwen3_dir, lookup_input_drafter):
+    """The same as .pte (slow tests: lowering)."""
+    return export_folder(qwen3_dir, lookup_input_drafter, lookup_input_drafter.parent / "pte", "pte")

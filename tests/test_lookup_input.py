@@ -1,6 +1,6 @@
 """A drafter that reads prompt-lookup's block (`--lookup-input`): exported in both formats, fed by name,
 at parity with eager PyTorch, and exact in the loop. Its training form equals its run-time form in
-tests/test_drafter.py."""
+tests/test_drafter.py; the native runner's lookup equals Python's in tests/test_runner_cpp.py."""
 
 import numpy as np
 import pytest
@@ -13,26 +13,29 @@ from hyflash.runtime_py.manifest import load_manifest
 from conftest import tokens_by_draft
 
 
-def test_graph_contract_names_the_lookup_inputs(lookup_input_export):
-    manifest = load_manifest(lookup_input_export)
+def test_graph_contract_names_the_lookup_inputs(lookup_input_onnx):
+    manifest = load_manifest(lookup_input_onnx)
     inputs = {t["name"]: t for t in manifest["graphs"]["draft_read"]["inputs"]}
     assert inputs["lookup_tokens"]["shape"] == [7] and inputs["lookup_match"]["shape"] == [1]
     assert manifest["drafter"]["config"]["lookup_input"] is True
 
 
-def test_validate_both_backends(lookup_input_export):
-    rows = summarize(validate(lookup_input_export))
-    assert {r.backend for r in rows} == {"onnxruntime", "executorch"}
+@pytest.mark.parametrize("fmt", ["onnx", pytest.param("pte", marks=pytest.mark.slow)])
+def test_validate(request, fmt):
+    rows = summarize(validate(request.getfixturevalue(f"lookup_input_{fmt}")))
+    assert {r.backend for r in rows} == {"onnx": {"onnxruntime"}, "pte": {"executorch"}}[fmt]
+    assert "draft_read" in {r.graph for r in rows}
     assert [r for r in rows if not r.ok] == []
 
 
-@pytest.mark.parametrize("backend", ["eager", "onnxruntime", "executorch"])
-def test_greedy_is_exact_and_the_drafts_read_the_block(lookup_input_export, backend):
-    runtime = Runtime(lookup_input_export, backend)
+@pytest.mark.parametrize("backend", ["eager", "onnxruntime", pytest.param("executorch", marks=pytest.mark.slow)])
+def test_greedy_is_exact_and_the_drafts_read_the_block(request, backend):
+    runtime = Runtime(request.getfixturevalue("lookup_input_pte" if backend == "executorch" else "lookup_input_onnx"),
+                      backend)
     rng = np.random.default_rng(3)
     phrase = rng.integers(3, 96, 9).tolist()
     prompt = rng.integers(3, 96, 12).tolist() + phrase + rng.integers(3, 96, 6).tolist() + phrase[:4]
-    out = tokens_by_draft(runtime, prompt, 40, ("model", "hybrid" if runtime.hybrid else "prompt-lookup", "none"))
+    out = tokens_by_draft(runtime, prompt, 24, ("model", "prompt-lookup", "none"))
     assert len(set(map(tuple, out.values()))) == 1, out
     # the same anchor and context with two different lookup blocks: the drafts differ (the input is wired)
     runtime.prefill(prompt, True, Stats())

@@ -73,13 +73,14 @@ def test_greedy_equals_the_python_runtime(runner, both_formats):
     assert c["stop_reason"].startswith("usable context reached") and c["prompt_tokens"] + len(c["tokens"]) == 96 - 8
 
 
-def test_lookup_input_drafter_equals_the_python_runtime(runner, lookup_input_export):
+@pytest.mark.slow  # suite time: lowering a second program to .pte
+def test_lookup_input_drafter_equals_the_python_runtime(runner, lookup_input_pte):
     """A drafter that reads prompt-lookup's block: the runner's lookup finds what Python's does (the same
     drafts, so the same rounds), on prompts with repeats and without."""
     rng = np.random.default_rng(4)
     phrase = rng.integers(3, 96, 9).tolist()
     prompts = [phrase + rng.integers(3, 96, 5).tolist() + phrase[:3], rng.integers(3, 96, 20).tolist(), [7]]
-    _same_as_python(runner, lookup_input_export, prompts, 30)
+    _same_as_python(runner, lookup_input_pte, prompts, 30)
 
 
 @pytest.mark.slow  # suite time: lowering the quantized tables to .pte
