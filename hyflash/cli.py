@@ -261,10 +261,12 @@ def cmd_demo(args) -> int:
     def text() -> str:
         lines = [f"HyFlash drafter: tau {r['acceptance_length']:.2f} tokens/round, {r['tokens_per_s']:.1f} tokens/s: "
                  f"{r['speedup']:.2f}x"]
-        if "hybrid" in r:
-            h = r["hybrid"]
-            lines.append(f"hybrid (drafter or prompt-lookup, each round): tau {h['acceptance_length']:.2f}, "
-                         f"{h['tokens_per_s']:.1f} tokens/s: {h['speedup']:.2f}x")
+        for key, name in (("prompt-lookup", "prompt-lookup (no drafter)"),
+                          ("hybrid", "hybrid (drafter or prompt-lookup, each round)")):
+            if key in r:
+                h = r[key]
+                lines.append(f"{name}: tau {h['acceptance_length']:.2f}, {h['tokens_per_s']:.1f} tokens/s: "
+                             f"{h['speedup']:.2f}x")
         lines.append(f"target-only: {r['target_only_tokens_per_s']:.1f} tokens/s (onnxruntime, same run, same tokens)")
         return "\n".join(lines)
     _emit(args, r, text)

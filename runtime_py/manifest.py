@@ -154,6 +154,9 @@ def check_consistency(path: Path, m: dict) -> None:
     same("block", m["block"], "drafter.config.block", m["drafter"]["config"].get("block"))
     same("block", m["block"], "draft_read.draft_tokens shape[0]", shape("draft_read", "draft_tokens")[0])
     same("block + 1", m["block"] + 1, "the verify width", VERIFY_ROWS)
+    if any(t["name"] == "lookup_tokens" for t in g["draft_read"]["inputs"]):  # a lookup-input drafter
+        same("draft_read.lookup_tokens shape", shape("draft_read", "lookup_tokens"), "[block]", [m["block"]])
+        same("draft_read.lookup_match shape", shape("draft_read", "lookup_match"), "[1]", [1])
     same("window", m["window"], "window_shift.win_pos shape[0]", shape("window_shift", "win_pos")[0])
     same("window", m["window"], "draft_read.win_k shape[2]", shape("draft_read", "win_k")[2])
     window = m["drafter"]["config"].get("window")

@@ -7,6 +7,11 @@
 #        INSTALL=0 scripts/drafter_card.sh     (re-measure the embedded drafters: no install from runs/)
 #        RUNS=runs/reference-v2 TARGET_SRC=checkpoints/target-v3h-copy6 scripts/drafter_card.sh
 #                                              (the second generation: the target installed too)
+#        HYFLASH_RUN=runs/reference-v2/drafter-hyflash-lookup PLAIN=checkpoints/drafters-v2/drafter-hyflash/model \
+#          RUNS=runs/reference-v2 scripts/drafter_card.sh
+#                                              (the embedded HyFlash drafter from another run, here the one with
+#                                              the lookup input; PLAIN: a drafter benched beside the embedded
+#                                              ones, exported to $EXPORTS-hyflash-plain, not installed)
 # Exports go to $EXPORTS-<name> (default runs/exports/v2-<name>): delete them after installing new weights.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +26,7 @@ exports=()
 for name in "${names[@]}"; do
   if [ "${INSTALL:-1}" != 0 ]; then
     src=$RUNS/drafter-$name dest=hyflash/reference/drafter-$name card=docs/reference/drafter-$name
+    [ "$name" != hyflash ] || src=${HYFLASH_RUN:-$src}
     mkdir -p "$dest" "$card"
     rm -f "$dest/hybrid.json"
     cp "$src/model/config.json" "$src/model/model.safetensors" "$dest/"
@@ -41,6 +47,11 @@ done
 [ -f "$EXPORTS-hyflash-int4/manifest.json" ] ||
   $H export --target reference --drafter reference --out "$EXPORTS-hyflash-int4" --format onnx --quantize int4 --force
 exports+=("$EXPORTS-hyflash-int4")
+if [ -n "${PLAIN:-}" ]; then
+  [ -f "$EXPORTS-hyflash-plain/manifest.json" ] ||
+    $H export --target reference --drafter "$PLAIN" --out "$EXPORTS-hyflash-plain" --format onnx --force
+  exports+=("$EXPORTS-hyflash-plain")
+fi
 for t in 0 1; do  # greedy (bench.json) and sampled at T = 1 (bench_t1.json), seeded
   out=docs/reference/bench$([ "$t" = 0 ] || echo "_t$t")
   $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket "$PROMPTS" --max-new-tokens 64 \

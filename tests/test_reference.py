@@ -42,6 +42,8 @@ def test_demo_exports_once_then_reuses(demo_run):
     if "hybrid" in first:
         h = first["hybrid"]
         assert 1.0 <= h["acceptance_length"] <= 8.0 and h["speedup"] > 0 and 0 <= h["lookup_rounds"] <= h["rounds"]
+    # prompt-lookup, the baseline a user would pick instead, beside the drafter (its tokens checked equal too)
+    assert 1.0 <= first["prompt-lookup"]["acceptance_length"] <= 8.0 and first["prompt-lookup"]["rounds"] > 0
     manifest = Path(first["export"]) / "manifest.json"
     written = manifest.stat().st_mtime_ns
     again = subprocess.run([sys.executable, "-m", "hyflash.cli", "demo", "--json"], capture_output=True, text=True,

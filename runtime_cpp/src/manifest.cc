@@ -105,6 +105,11 @@ void check_consistency(const std::string& path, const Manifest& m) {
   c.same("block", m.block, "drafter.config.block", drafter.at("block").as_int());
   c.same("block", m.block, "draft_read.draft_tokens shape[0]", c.shape("draft_read", "draft_tokens").at(0));
   c.same("block + 1", m.block + 1, "the verify width", int64_t{kVerifyRows});
+  if (m.graph("draft_read").has("lookup_tokens")) {  // a lookup-input drafter: the runner fills both
+    c.same("draft_read.lookup_tokens shape", c.shape("draft_read", "lookup_tokens"), "[block]",
+           std::vector<int64_t>{m.block});
+    c.same("draft_read.lookup_match shape", c.shape("draft_read", "lookup_match"), "[1]", std::vector<int64_t>{1});
+  }
   c.same("window", m.window, "window_shift.win_pos shape[0]", c.shape("window_shift", "win_pos").at(0));
   c.same("window", m.window, "draft_read.win_k shape[2]", c.shape("draft_read", "win_k").at(2));
   const json::Value& window = drafter.at("window");

@@ -205,7 +205,8 @@ const T* output(const std::map<std::string, size_t>& index, const std::vector<EV
   return outs.at(it->second).toTensor().const_data_ptr<T>();
 }
 // Prompt-lookup, as models/lookup.py: the `block` tokens after the latest earlier occurrence of the longest
-// suffix n-gram of `history` (n = 3..1), padded with their last; without a match the last token repeated, n = 0.
+// suffix n-gram of `history` (n = 3..1: MAX_NGRAM there, which the lookup-input drafter's gates are sized by),
+// padded with their last; without a match the last token repeated, n = 0.
 std::pair<std::vector<int64_t>, int64_t> lookup(const std::vector<int64_t>& history, int64_t block) {
   const int64_t len = static_cast<int64_t>(history.size());
   for (int64_t n = std::min<int64_t>(3, len - 1); n >= 1; --n) {
