@@ -12,7 +12,8 @@
 #   (${RESULT}_ablations.json; the same seeded probes, so the two files' rows compare).
 # - The paper's table: tau by context bucket up to the target's 2,048 for full attention (trained at 512),
 #   window, HyFlash, Gated DeltaNet and prompt-lookup, greedy and at T = 1: the embedded pair's bench,
-#   `PROMPTS=16 scripts/drafter_card.sh` (docs/reference/bench.json, bench_t1.json).
+#   `PLAIN=checkpoints/drafters-v2/drafter-hyflash/model PROMPTS=16 scripts/drafter_card.sh`
+#   (docs/reference/bench.json, bench_t1.json; PLAIN adds the HyFlash row without the lookup input).
 # Every step resumes where it stopped; rerun the script to continue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ H=.venv/bin/hyflash
 source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=${OUT:-runs/long-range}
 ABL_STEPS=${ABL_STEPS:-1500} RESULT=${RESULT:-results/long_range_probe} REGEN=${REGEN:-data/regen-v2}
-GEN2=${GEN2:-runs/exports/v2}  # drafter_card.sh's exports of the same four drafters
+GEN2=${GEN2:-$OUT/export-v2}  # the four second-generation drafters as first trained (HyFlash without the lookup input)
 ABL_DONE=${ABL_DONE:-checkpoints/long-range}  # finished ablation runs, committed: copied, not retrained
 ABL_PARTIAL=${ABL_PARTIAL:-checkpoints/long-range-partial}  # unfinished ones, committed at a session's end: resumed
 mkdir -p "$OUT" results
@@ -47,7 +48,7 @@ for name in hyflash swa gdn full; do
   [ -f "$V2/drafter-$name/model/config.json" ] ||
     { echo "the drafter $name is not trained yet ($V2/drafter-$name): run scripts/reference_v2.sh to its end first" >&2; exit 2; }
 done
-# the four drafters' exports are drafter_card.sh's (the same folders: each made once)
+# the four drafters as first trained, exported here (drafter_card.sh's HyFlash export now has the lookup input)
 for name in hyflash swa gdn full; do export_run "$GEN2-$name" "$V2/drafter-$name"; done
 
 probe() {  # result, then export folders and probe flags
