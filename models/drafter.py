@@ -44,7 +44,7 @@ class DrafterConfig:
     memory_history: int | None = None  # ablation: memory sees only the last M features (training/eager)
     slot_attention: bool = True  # ablation: False = a slot attends to the window and itself only
     draft_vocab: int = 0  # N > 0: the head predicts only N target tokens (ids in the `d2t` buffer); 0 = all
-    lookup_input: bool = False  # draft_read also reads prompt-lookup's block (docs/design.md, "Lookup input")
+    lookup_input: bool = False  # draft_read also reads prompt-lookup's block (docs/design.md, "The lookup input")
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
 
