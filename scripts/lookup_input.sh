@@ -8,6 +8,9 @@
 # drafters' budget (EMBED_STEPS, 3,000: runs/reference-v2/drafter-hyflash-lookup, committed in
 # checkpoints/drafters-v2), calibrated, for `HYFLASH_RUN=runs/reference-v2/drafter-hyflash-lookup
 # RUNS=runs/reference-v2 scripts/drafter_card.sh` to install as the embedded HyFlash drafter.
+# Last, issue 15's question with copying handled: the window drafter with the lookup input and HyFlash's
+# parameter count (memory off, MLP 816, as long_range.sh's swa-matched), against the HyFlash one, on the
+# ordinary bench and the evidence probes (${RESULT}_window.json, ${RESULT}_window_probe.json).
 # Every step resumes where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,11 +24,12 @@ BASE=${BASE:-checkpoints/long-range/drafter-hyflash-base}
 mkdir -p "$OUT" results
 EMBED_STEPS=${EMBED_STEPS:-3000} EMBED=${EMBED:-runs/reference-v2}
 EMBED_DONE=${EMBED_DONE:-checkpoints/drafters-v2} EMBED_PARTIAL=${EMBED_PARTIAL:-checkpoints/drafters-v2-partial}
-train() {  # run folder, steps, finished copies, unfinished copies: HyFlash with the lookup input
-  seed_run "$1" "$3" "$4"
-  [ -f "$1/model/config.json" ] ||
-    $H train-drafter --target "$TARGET" --data "$REGEN" --out "$1" --memory mamba2 --intermediate-size 512 \
-      --window 128 --markov-rank 32 --steps "$2" --batch 4 --threads "$THREADS" --lookup-input >> "$1.log" 2>&1
+train() {  # run folder, steps, finished copies, unfinished copies[, flags that override]: with the lookup input
+  local run=$1 steps=$2; seed_run "$1" "$3" "$4"; shift 4
+  [ -f "$run/model/config.json" ] ||
+    $H train-drafter --target "$TARGET" --data "$REGEN" --out "$run" --memory mamba2 --intermediate-size 512 \
+      --window 128 --markov-rank 32 --steps "$steps" --batch 4 --threads "$THREADS" --lookup-input "$@" \
+      >> "$run.log" 2>&1
 }
 calibrate() {  # run folder: hybrid.json from the regenerated training text (never bench prompts)
   [ -f "$1/model/hybrid.json" ] ||
@@ -60,3 +64,16 @@ for t in 0 1; do
 import json; from hyflash.runtime_py.bench import format_results
 print(format_results(json.load(open('$out.json'))))"
 done
+
+# the window drafter with the lookup input, at HyFlash's parameter count
+train "$OUT/drafter-swa-lookup" "$STEPS" "$DONE" "$PARTIAL" --memory off --intermediate-size 816
+! stale_export "$OUT/export-swa-lookup" "$OUT/drafter-swa-lookup/model" ||
+  $H export --target "$TARGET" --drafter "$OUT/drafter-swa-lookup/model" --out "$OUT/export-swa-lookup" --format onnx --force
+[ -f "${RESULT}_window.json" ] || {
+  $H bench "$OUT"/export-{hyflash,swa}-lookup --buckets 256,512,1024,2048 --prompts-per-bucket "$PROMPTS" \
+    --max-new-tokens 64 --seed 0 --threads 2 --json > "${RESULT}_window.json.partial"
+  mv "${RESULT}_window.json.partial" "${RESULT}_window.json"; }
+[ -f "${RESULT}_window_probe.json" ] || {
+  $H probe "$OUT"/export-{hyflash,swa}-lookup --distances 256,768,1536 --prompts 8 --threads 2 \
+    --out "${RESULT}_window_probe.partial.json" --plot "${RESULT}_window_probe.png"
+  mv "${RESULT}_window_probe.partial.json" "${RESULT}_window_probe.json"; }
