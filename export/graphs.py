@@ -162,37 +162,17 @@ def onnx_cache_specs(target: Target, max_context: int) -> tuple[list[TensorSpec]
     return past, present
 
 
-class DraftRead(nn.Module):
-    def __init__(self, drafter: Drafter):
+class DrafterGraph(nn.Module):
+    """A drafter graph (`draft_read`, `state_commit`, `window_shift`): the drafter's function of that name,
+    its inputs passed by the spec's names (the variants' optional ones included); outputs in spec order."""
+
+    def __init__(self, drafter: Drafter, spec: GraphSpec):
         super().__init__()
-        self.drafter = drafter
+        self.drafter, self.graph, self.names = drafter, spec.name, [t.name for t in spec.inputs]
 
-    def forward(self, anchor_token, anchor_pos, win_k, win_v, win_pos, *rest):
-        """rest: the optional inputs in spec order (ssm_state with memory, then lookup_tokens and lookup_match)."""
-        cfg = self.drafter.cfg
-        names = (("ssm_state",) if cfg.memory != "off" else ()) + (("lookup_tokens", "lookup_match")
-                                                                   if cfg.lookup_input else ())
-        tokens, logits, conf = self.drafter.draft_read(anchor_token, anchor_pos, win_k, win_v, win_pos,
-                                                       **dict(zip(names, rest, strict=True)))
-        return (tokens, logits) if conf is None else (tokens, logits, conf)
-
-
-class StateCommit(nn.Module):
-    def __init__(self, drafter: Drafter):
-        super().__init__()
-        self.drafter = drafter
-
-    def forward(self, features, n_valid, ssm_state, conv_state):
-        return self.drafter.state_commit(features, n_valid, ssm_state, conv_state)
-
-
-class WindowShift(nn.Module):
-    def __init__(self, drafter: Drafter):
-        super().__init__()
-        self.drafter = drafter
-
-    def forward(self, features, positions, n_valid, win_k, win_v, win_pos):
-        return self.drafter.window_shift(features, positions, n_valid, win_k, win_v, win_pos)
+    def forward(self, *inputs):
+        outs = getattr(self.drafter, self.graph)(**dict(zip(self.names, inputs, strict=True)))
+        return tuple(o for o in outs if o is not None)  # draft_read without the confidence head: no confidence
 
 
 class TargetOnnx(nn.Module):
@@ -257,7 +237,7 @@ def graph_module(spec: GraphSpec, target: Target, drafter: Drafter, fmt: str = "
     """The module a graph is traced from. fmt "onnx" | "pte" matters for the target only."""
     if spec.model == "target":
         return (TargetOnnx(target) if fmt == "onnx" else TargetPte(target, max_context)).eval()
-    return {"draft_read": DraftRead, "state_commit": StateCommit, "window_shift": WindowShift}[spec.name](drafter).eval()
+    return DrafterGraph(drafter, spec).eval()
 
 
 def example_inputs(spec: GraphSpec, cache: list[TensorSpec] = ()) -> tuple[torch.Tensor, ...]:

@@ -297,8 +297,11 @@ class Runtime:
         limit = min(self.usable_context, len(prompt) + cfg.max_new_tokens)
         anchor = choose(logits, cfg.sampling, rng)
         new = self._stop([anchor], stats, cfg, len(prompt), limit)
+        history = np.empty(limit, np.int64)  # prompt + output, for prompt-lookup: filled in place, never rebuilt
+        history[:len(prompt)] = prompt
         t1 = time.perf_counter()
         while True:
+            history[pos + 1 - len(new):pos + 1] = new  # the text so far ends with the anchor, at pos
             stats.tokens.extend(new)
             if new:
                 yield new
@@ -315,7 +318,7 @@ class Runtime:
             # drafter is not run where lookup's match leaves it too little to add for its cost)
             drafts = expected = None
             if cfg.draft != "model" or self.reads_lookup:
-                block, match = lookup(prompt + stats.tokens, self.block)
+                block, match = lookup(history[:pos + 1], self.block)
             skip = cfg.draft == "hybrid" and skip_drafter(self.hybrid, match, cfg.draft_cost, made / spent)
             if use_drafter and not skip:
                 drafts = self.draft(anchor, pos, stats, (block, match) if self.reads_lookup else None)

@@ -123,24 +123,31 @@ def reference_pte(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="session")
-def lookup_input_drafter(qwen3_dir, tmp_path_factory):
-    """A random mamba2 drafter folder that reads prompt-lookup's block (--lookup-input)."""
+def random_drafter_folder(target_dir, folder, seed: int = 5, scale: float = 0.1, **overrides):
+    """A small drafter for the target in `target_dir`, every weight perturbed (scale x N(0, 1)) so that every
+    path matters, saved to `folder`."""
     import torch
 
     from hyflash.models.drafter import Drafter, DrafterConfig
     from hyflash.models.loading import load_target, save_drafter, target_info
 
-    folder = tmp_path_factory.mktemp("lookup-input") / "drafter"
-    target = load_target(qwen3_dir)
-    torch.manual_seed(7)
+    target = load_target(target_dir)
+    torch.manual_seed(seed)
     drafter = Drafter.for_target(target, DrafterConfig.for_target(
-        target, ssm_heads=2, ssm_head_dim=16, d_state=16, markov_rank=8, lookup_input=True))
-    with torch.no_grad():  # the lookup gates start at zero (a drafter that ignores them): make them matter
+        target, ssm_heads=2, ssm_head_dim=16, d_state=16, markov_rank=8, **overrides))
+    with torch.no_grad():
         for p in drafter.parameters():
-            p.add_(0.3 * torch.randn_like(p))
+            p.add_(scale * torch.randn_like(p))
     save_drafter(drafter, folder, target_info(target))
     return folder
+
+
+@pytest.fixture(scope="session")
+def lookup_input_drafter(qwen3_dir, tmp_path_factory):
+    """A random mamba2 drafter folder that reads prompt-lookup's block (--lookup-input); its lookup gates
+    start at zero (a drafter that ignores them), so the perturbation is larger, to make them matter."""
+    return random_drafter_folder(qwen3_dir, tmp_path_factory.mktemp("lookup-input") / "drafter", seed=7, scale=0.3,
+                                 lookup_input=True)
 
 
 @pytest.fixture(scope="session")

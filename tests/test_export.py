@@ -11,24 +11,11 @@ import torch
 from hf_models import save_hf_model
 from hyflash.cli import main
 from hyflash.export.validate import summarize, validate
-from hyflash.models.drafter import Drafter, DrafterConfig
-from hyflash.models.loading import load_target, save_drafter, target_info
+from hyflash.models.loading import load_target
 from hyflash.runtime_py.manifest import (DRAFTER_GRAPHS, PTE_FILE, TARGET_GRAPHS, ArtifactError, Contract, load_manifest,
                                          seal, sha256)
 
-from conftest import CONTEXT, export_folder as _export
-
-
-def _random_drafter_folder(target_dir, folder, **overrides):
-    target = load_target(target_dir)
-    torch.manual_seed(5)
-    drafter = Drafter.for_target(target, DrafterConfig.for_target(
-        target, ssm_heads=2, ssm_head_dim=16, d_state=16, markov_rank=8, **overrides))
-    with torch.no_grad():
-        for p in drafter.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    save_drafter(drafter, folder, target_info(target))
-    return folder
+from conftest import CONTEXT, export_folder as _export, random_drafter_folder
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +23,7 @@ def onnx_exports(qwen3_dir, tmp_path_factory):
     out = {}
     for memory in ("gated_deltanet", "off"):
         base = tmp_path_factory.mktemp(memory)
-        drafter = _random_drafter_folder(qwen3_dir, base / "drafter", memory=memory)
+        drafter = random_drafter_folder(qwen3_dir, base / "drafter", memory=memory)
         out[memory] = _export(qwen3_dir, drafter, base / "export", "onnx")
     return out
 
@@ -132,7 +119,7 @@ def test_validate_memory_variants(onnx_exports, memory):
 @pytest.mark.parametrize("memory", ["gated_deltanet", "off"])
 def test_pte_parity_memory_variants(qwen3_dir, tmp_path, memory):
     """The `.pte` side of the fp32 parity bar for the other memory kinds (mamba2 runs in the fast suite)."""
-    drafter = _random_drafter_folder(qwen3_dir, tmp_path / "drafter", memory=memory)
+    drafter = random_drafter_folder(qwen3_dir, tmp_path / "drafter", memory=memory)
     folder = _export(qwen3_dir, drafter, tmp_path / "export", "pte")
     rows = summarize(validate(folder))
     assert {r.backend for r in rows} == {"executorch"}

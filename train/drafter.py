@@ -43,16 +43,15 @@ def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor
     a chunk of rows at a time, each chunk's logits recomputed in backward instead of kept."""
     rows = max(1, LOGIT_BUDGET // drafter.cfg.vocab_size)
     if len(states) <= rows:
-        return _head_loss(drafter, states, prev, labels, *(copy or (None, None)))
+        return _head_loss(drafter, states, prev, labels, copy)
     parts = [checkpoint(_head_loss, drafter, states[i:i + rows], prev[i:i + rows], labels[i:i + rows],
-                        *((copy[0][i:i + rows], copy[1][i:i + rows]) if copy is not None else (None, None)),
-                        use_reentrant=False) for i in range(0, len(states), rows)]
+                        copy and (copy[0][i:i + rows], copy[1][i:i + rows]), use_reentrant=False)
+             for i in range(0, len(states), rows)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
-def _head_loss(drafter: Drafter, states, prev, labels, copy_tokens=None, copy_logits=None):
+def _head_loss(drafter: Drafter, states, prev, labels, copy=None):
     """labels: target ids; with a draft vocabulary a label outside it has no loss (it cannot be drafted)."""
-    copy = (copy_tokens, copy_logits) if copy_tokens is not None else None
     logits = drafter.head(states, prev, copy).float()
     if drafter.cfg.draft_vocab:
         index = torch.full((drafter.cfg.vocab_size,), -100, dtype=torch.long, device=labels.device)
