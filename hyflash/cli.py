@@ -398,6 +398,12 @@ def cmd_train_target(args) -> int:
     return 0
 
 
+# train-drafter's architecture flags and their defaults (--init-from takes them from the folder instead)
+_DRAFTER_SHAPE = {"memory": "mamba2", "window": "128", "layers": 2, "intermediate_size": None, "markov_rank": 64,
+                  "no_confidence": False, "memory_history": None, "no_slot_attention": False, "draft_vocab": 0,
+                  "lookup_input": False}
+
+
 def cmd_train_drafter(args) -> int:
     from hyflash.models.drafter import DrafterConfig
     from hyflash.models.loading import load_target, resolve, weights_sha256
@@ -409,14 +415,23 @@ def cmd_train_drafter(args) -> int:
     folder = resolve(args.target, "target")
     target = load_target(folder)
     rows = open_rows(args.data, folder, args.tokenizer, args.seq_len, weights_sha256(folder))
-    window = "full" if args.window == "full" else int(args.window)
-    sizes = {"intermediate_size": args.intermediate_size} if args.intermediate_size else {}
-    cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
-                                   markov_rank=args.markov_rank, confidence=not args.no_confidence,
-                                   memory_history=args.memory_history, slot_attention=not args.no_slot_attention,
-                                   draft_vocab=args.draft_vocab, lookup_input=args.lookup_input)
+    init_from, cfg = None, None
+    if args.init_from:
+        given = [f"--{k.replace('_', '-')}" for k, v in _DRAFTER_SHAPE.items() if getattr(args, k) != v]
+        if given:
+            raise ValueError(f"--init-from takes the drafter's architecture from {args.init_from}; "
+                             f"leave out {' '.join(given)}")
+        init_from = resolve(args.init_from, "drafter")
+    else:
+        window = "full" if args.window == "full" else int(args.window)
+        sizes = {"intermediate_size": args.intermediate_size} if args.intermediate_size else {}
+        cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
+                                       markov_rank=args.markov_rank, confidence=not args.no_confidence,
+                                       memory_history=args.memory_history, slot_attention=not args.no_slot_attention,
+                                       draft_vocab=args.draft_vocab, lookup_input=args.lookup_input)
     dest = train_drafter(target, cfg, rows, train_cfg, args.anchors, args.eval_every, args.eval_rows,
-                         {"target": str(folder), "target_sha256": weights_sha256(folder), "seq_len": rows.seq_len})
+                         {"target": str(folder), "target_sha256": weights_sha256(folder), "seq_len": rows.seq_len},
+                         init_from)
     if is_writer():
         print(f"wrote {dest}")
     return 0
@@ -775,18 +790,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "folders, .jsonl of {\"text\"} or chat {\"messages\"} (rendered with the target's template)")
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="a tokenizer.json to use instead of the target's own")
-    p.add_argument("--memory", choices=["mamba2", "gated_deltanet", "off"], default="mamba2")
-    p.add_argument("--window", default="128", help="committed features attended to, or 'full'")
-    p.add_argument("--layers", type=_positive(), default=2)
-    p.add_argument("--intermediate-size", type=_positive(), default=None, help="MLP width (default: the target's)")
-    p.add_argument("--markov-rank", type=int, default=64)
+    shape = _DRAFTER_SHAPE
+    p.add_argument("--memory", choices=["mamba2", "gated_deltanet", "off"], default=shape["memory"])
+    p.add_argument("--window", default=shape["window"], help="committed features attended to, or 'full'")
+    p.add_argument("--layers", type=_positive(), default=shape["layers"])
+    p.add_argument("--intermediate-size", type=_positive(), default=shape["intermediate_size"],
+                   help="MLP width (default: the target's)")
+    p.add_argument("--markov-rank", type=int, default=shape["markov_rank"])
     p.add_argument("--no-confidence", action="store_true")
-    p.add_argument("--memory-history", type=_positive(), default=None, help="ablation: memory sees the last M only")
+    p.add_argument("--memory-history", type=_positive(), default=shape["memory_history"],
+                   help="ablation: memory sees the last M only")
     p.add_argument("--no-slot-attention", action="store_true", help="ablation: no attention among draft slots")
-    p.add_argument("--draft-vocab", type=int, default=0,
+    p.add_argument("--draft-vocab", type=int, default=shape["draft_vocab"],
                    help="N: the head predicts only the N most frequent target tokens of the data (0: all)")
     p.add_argument("--lookup-input", action="store_true",
                    help="draft_read also reads prompt-lookup's block and match length (docs/design.md)")
+    p.add_argument("--init-from", default=None,
+                   help="continue from this drafter folder's weights and architecture (a fresh lr schedule)")
     p.add_argument("--seq-len", type=_positive(), default=None,
                    help="training window (default 512; a regenerated folder's own length)")
     p.add_argument("--anchors", type=_positive(), default=48, help="anchors sampled per sequence")

@@ -8,6 +8,10 @@ calibration measured on training data (`hyflash calibrate`, train/calibrate.py):
 - lookup: the mean accepted drafts of lookup blocks with match length n (n = 0..MAX_NGRAM);
 - drafter: the realised mean accepted drafts in bins of sum_k c_k (a reliability table; a bin
   with fewer than `min_rounds` rounds keeps the head's own figure);
+- both jointly (`joint`): per match n and confidence bin, the mean accepted drafts of each block.
+  The two are not independent: rounds where the drafter doubts itself are hard text for lookup too,
+  and a drafter that reads lookup's block (`--lookup-input`) already weighs it. The rule compares
+  the two means of the round's own cell, and the marginal tables where that cell is thin;
 - what running the drafter adds at lookup match n (`drafter_gain`: the rule's mean accepted drafts
   minus lookup's, over rounds with match n). Lookup's match is known before the drafter runs, so
   where that gain is worth less than draft_read costs, a round skips draft_read and verifies
@@ -35,7 +39,11 @@ def calibration(rounds: dict[str, np.ndarray]) -> dict:
         table.append({"match": n, "rounds": int(hit.sum()),
                       "mean_accepted": float(rounds["lookup"][hit].mean()) if hit.any() else 0.0})
     bins = reliability(rounds["expected"], rounds["drafter"])
-    cal = {"lookup": table, "drafter_bins": bins, "min_rounds": MIN_ROUNDS, "rounds": int(len(rounds["match"])),
+    cell = np.asarray([bin_index(e) for e in rounds["expected"]])
+    joint = [[_means(rounds, (rounds["match"] == n) & (cell == b)) for b in range(len(BIN_EDGES) - 1)]
+             for n in range(MAX_NGRAM + 1)]
+    cal = {"lookup": table, "drafter_bins": bins, "joint": joint, "min_rounds": MIN_ROUNDS,
+           "rounds": int(len(rounds["match"])),
            "mean_accepted": {"drafter": float(rounds["drafter"].mean()), "lookup": float(rounds["lookup"].mean()),
                              "better_of_two": float(np.maximum(rounds["drafter"], rounds["lookup"]).mean())}}
     gain = hybrid_rounds(cal, rounds) - rounds["lookup"]
@@ -43,6 +51,16 @@ def calibration(rounds: dict[str, np.ndarray]) -> dict:
         hit = rounds["match"] == row["match"]
         row["drafter_gain"] = float(gain[hit].mean()) if hit.any() else 0.0
     return cal
+
+
+def _means(rounds: dict[str, np.ndarray], hit: np.ndarray) -> dict:
+    return {"rounds": int(hit.sum()), "drafter": float(rounds["drafter"][hit].mean()) if hit.any() else None,
+            "lookup": float(rounds["lookup"][hit].mean()) if hit.any() else None}
+
+
+def bin_index(expected: float) -> int:
+    """The reliability bin a round's expected accepted drafts falls in (the last one takes the top edge)."""
+    return int(np.clip(np.searchsorted(BIN_EDGES, expected, side="right") - 1, 0, len(BIN_EDGES) - 2))
 
 
 def reliability(expected, realised) -> list[dict]:
@@ -58,7 +76,12 @@ def reliability(expected, realised) -> list[dict]:
 
 
 def choose_lookup(cal: dict, expected: float, match: int) -> bool:
-    """The hybrid rule: verify lookup's block when its expected accepted drafts exceed the drafter's."""
+    """The hybrid rule: verify lookup's block when its expected accepted drafts exceed the drafter's, both
+    as measured in the round's own (match, confidence bin) cell; in a thin cell (or a calibration made
+    before the joint table), lookup's mean at that match against the drafter's at that confidence."""
+    cell = cal["joint"][match][bin_index(expected)] if "joint" in cal else None
+    if cell is not None and cell["rounds"] >= cal["min_rounds"]:
+        return cell["lookup"] > cell["drafter"]
     return lookup_expected(cal, match) > drafter_expected(cal, expected)
 
 
@@ -102,10 +125,8 @@ def lookup_expected(cal: dict, match: int) -> float:
 
 def drafter_expected(cal: dict, expected: float) -> float:
     """The realised mean of the bin `expected` falls in (the head's own figure in a thin bin)."""
-    for b in cal["drafter_bins"]:
-        if b["from"] <= expected < b["to"] or (expected >= b["to"] == BIN_EDGES[-1]):
-            return b["realised"] if b["rounds"] >= cal["min_rounds"] else expected
-    return expected
+    b = cal["drafter_bins"][bin_index(expected)]
+    return b["realised"] if b["rounds"] >= cal["min_rounds"] else expected
 
 
 def hybrid_rounds(cal: dict, rounds: dict[str, np.ndarray]) -> np.ndarray:

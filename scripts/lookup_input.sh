@@ -40,6 +40,14 @@ if [ -n "${EMBED_ONLY:-}" ]; then  # the embedded budget's run alone
   mkdir -p "$EMBED"
   train "$EMBED/drafter-hyflash-lookup" "$EMBED_STEPS" "$EMBED_DONE" "$EMBED_PARTIAL"
   calibrate "$EMBED/drafter-hyflash-lookup"
+  # MORE_STEPS: that run continued from its weights with a fresh schedule (a warm restart at MORE_LR)
+  if [ -n "${MORE_STEPS:-}" ]; then
+    run=$EMBED/drafter-hyflash-lookup-more; seed_run "$run" "$EMBED_DONE" "$EMBED_PARTIAL"
+    [ -f "$run/model/config.json" ] ||
+      $H train-drafter --target "$TARGET" --data "$REGEN" --out "$run" --init-from "$EMBED/drafter-hyflash-lookup/model" \
+        --steps "$MORE_STEPS" --lr "${MORE_LR:-5e-4}" --batch 4 --threads "$THREADS" --seed 1 >> "$run.log" 2>&1
+    calibrate "$run"
+  fi
   exit 0
 fi
 train "$OUT/drafter-hyflash-lookup" "$STEPS" "$DONE" "$PARTIAL"

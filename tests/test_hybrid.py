@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hyflash.models.hybrid import (BIN_EDGES, calibration, choose_lookup, drafter_expected, hybrid_rounds, reliability,
+from hyflash.models.hybrid import (BIN_EDGES, bin_index, calibration, choose_lookup, drafter_expected, hybrid_rounds, reliability,
                                    skip_drafter, skipped_matches)
 from hyflash.models.lookup import lookup
 
@@ -38,6 +38,26 @@ def test_rule_uses_the_realised_means_not_the_heads_word():
     assert drafter_expected(thin, 6.5) == 6.5
     r = rounds(seed=1)
     assert hybrid_rounds(cal, r).mean() > max(r["drafter"].mean(), r["lookup"].mean())
+
+
+def test_rule_compares_both_blocks_within_the_rounds_own_cell():
+    """Lookup right only where the drafter is confident (text both find easy; a drafter that reads lookup's
+    block knows when it is right): lookup's mean over all 3-gram rounds (~1.7) beats the drafter's where the
+    head doubts itself, yet lookup is wrong exactly there. The joint table sees it; the marginal rule (a
+    calibration without `joint`) picks lookup there and falls below the drafter alone."""
+    rng = np.random.default_rng(0)
+    expected = rng.uniform(0, 7, 2000)
+    r = {"expected": expected, "drafter": np.floor(expected), "match": np.full(2000, 3.0),
+         "lookup": np.where(expected >= 5, 6.0, 0.0)}
+    cal = calibration(r)
+    assert cal["joint"][3][bin_index(5.5)]["lookup"] == 6.0 and cal["joint"][3][bin_index(1.5)]["lookup"] == 0.0
+    assert not choose_lookup(cal, 1.5, 3) and choose_lookup(cal, 5.5, 3)
+    joint = hybrid_rounds(cal, r).mean()
+    marginal = hybrid_rounds({k: v for k, v in cal.items() if k != "joint"}, r).mean()
+    assert joint >= max(r["drafter"].mean(), r["lookup"].mean()) > marginal
+    # a thin cell falls back to the marginal tables
+    thin = {**cal, "joint": [[{**c, "rounds": 1} for c in row] for row in cal["joint"]]}
+    assert choose_lookup(thin, 1.5, 3) == choose_lookup({k: v for k, v in cal.items() if k != "joint"}, 1.5, 3)
 
 
 def test_drafter_gain_per_match_is_measured_on_the_calibration_rounds():

@@ -63,6 +63,30 @@ def _drafter_args(corpus, out):
             "--steps", "3", "--warmup", "1", "--markov-rank", "8"]
 
 
+def test_train_drafter_continues_from_a_drafter_folder(corpus, tmp_path, capsys):
+    """--init-from: the folder's weights and architecture are where the run starts (at a vanishing lr the
+    result is the folder's weights, bit for bit; a fresh drafter at that seed is not), and an architecture
+    flag beside it is refused in one line."""
+    first, more = tmp_path / "first", tmp_path / "more"
+    assert main(_drafter_args(corpus, first)) == 0
+    args = _drafter_args(corpus, more)
+    args = args[:args.index("--markov-rank")] + args[args.index("--markov-rank") + 2:]  # the folder's own
+    assert main(args + ["--init-from", str(first / "model"), "--lr", "1e-12", "--steps", "1"]) == 0
+    a, b = load_file(first / "model" / "model.safetensors"), load_file(more / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((more / "run_config.json").read_text())["init_from"] == str(first / "model")
+    fresh = tmp_path / "fresh"
+    assert main(args[:args.index("--out") + 1] + [str(fresh)] + args[args.index("--out") + 2:]
+                + ["--lr", "1e-12", "--steps", "1", "--markov-rank", "8"]) == 0
+    c = load_file(fresh / "model" / "model.safetensors")
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+    capsys.readouterr()
+    assert main(args + ["--init-from", str(first / "model"), "--markov-rank", "8", "--out",
+                        str(tmp_path / "refused")]) == 2
+    assert "leave out --markov-rank" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+
+
 def test_ddp_two_ranks_match_one_process(corpus, tmp_path):
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     assert main(_drafter_args(corpus, single)) == 0

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from hyflash.models.drafter import Drafter, DrafterConfig
-from hyflash.models.loading import save_drafter, target_info
+from hyflash.models.loading import load_drafter, save_drafter, target_info
 from hyflash.models.lookup import lookup_many
 from hyflash.models.target import Target
 from hyflash.train.batches import Rows
@@ -137,19 +137,22 @@ class Distill(nn.Module):
         return loss, metrics
 
 
-def train_drafter(target: Target, drafter_cfg: DrafterConfig, data, cfg: TrainConfig, anchors: int = 48,
-                  eval_every: int | None = None, eval_rows: int = 16, run_config: dict | None = None) -> Path:
+def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: TrainConfig, anchors: int = 48,
+                  eval_every: int | None = None, eval_rows: int = 16, run_config: dict | None = None,
+                  init_from: Path | None = None) -> Path:
     """`data`: rows to train on (`hyflash.train.batches.open_rows`); every `eval_every` steps the log
-    gets the held-out tau and cross-entropy on `eval_rows` fixed held-out rows (`heldout_tau`)."""
+    gets the held-out tau and cross-entropy on `eval_rows` fixed held-out rows (`heldout_tau`).
+    `init_from`: continue from that drafter folder's weights and config (`drafter_cfg` None); the run's
+    own schedule (warm-up, cosine decay) starts afresh."""
     torch.manual_seed(cfg.seed)  # the same initial weights in every process and every rerun
     device = pick_device(cfg.device)  # the target first: the drafter uses its tables in place
     target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    drafter = Drafter.for_target(target, drafter_cfg)
-    with torch.no_grad():
-        drafter.norm.weight.copy_(target.norm.weight)  # start from the target's final norm
-        if drafter_cfg.draft_vocab:  # the N tokens most frequent in the training data
-            counts = data.token_counts(drafter_cfg.vocab_size)
-            drafter.d2t.copy_(torch.from_numpy(np.argsort(-counts, kind="stable")[:drafter_cfg.draft_vocab].copy()))
+    if init_from is not None:
+        drafter = load_drafter(init_from, target).train()
+        drafter_cfg = drafter.cfg
+        run_config = {**(run_config or {}), "init_from": str(init_from)}
+    else:
+        drafter = _fresh_drafter(target, drafter_cfg, data)
     model = Distill(drafter, target, anchors)
 
     def loss(m, rows: Rows):
@@ -167,3 +170,13 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig, data, cfg: TrainCo
     dest = cfg.out / "model"
     write_folder(dest, lambda tmp: save_drafter(drafter.eval(), tmp, target_info(target)))
     return dest
+
+
+def _fresh_drafter(target: Target, drafter_cfg: DrafterConfig, data) -> Drafter:
+    drafter = Drafter.for_target(target, drafter_cfg)
+    with torch.no_grad():
+        drafter.norm.weight.copy_(target.norm.weight)  # start from the target's final norm
+        if drafter_cfg.draft_vocab:  # the N tokens most frequent in the training data
+            counts = data.token_counts(drafter_cfg.vocab_size)
+            drafter.d2t.copy_(torch.from_numpy(np.argsort(-counts, kind="stable")[:drafter_cfg.draft_vocab].copy()))
+    return drafter
