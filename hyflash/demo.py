@@ -24,16 +24,45 @@ from hyflash.models.loading import resolve
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import load_manifest
 
-# The prompt ends mid-line: a prompt ending in "\n" splits what the tokenizer merges in training
-# ("\n" + indentation is one token), and a small target then starts an unindented line.
-PROMPT = '''import re
+# A short module to continue, as an editor asks a code model to (the reference target was trained on
+# Python's standard library). It ends mid-line: a prompt ending in "\n" splits what the tokenizer merges
+# in training ("\n" + indentation is one token), and a small target then starts an unindented line.
+PROMPT = '''"""Word statistics for plain text files."""
+
+import re
+from collections import Counter
 
 _WORD = re.compile(r"\\w+")
 
 
-def count_words(text):
-    counts = {}
-    for word in _WORD.findall(text):'''
+def read_words(path, encoding="utf-8"):
+    """Return the list of words in the file at path, lower-cased."""
+    with open(path, encoding=encoding) as f:
+        return [word.lower() for word in _WORD.findall(f.read())]
+
+
+def count_words(words):
+    """Return a Counter of the words."""
+    return Counter(words)
+
+
+def most_common(path, n=10, encoding="utf-8"):
+    """Return the n most common words of the file at path, with their counts."""
+    words = read_words(path, encoding)
+    return count_words(words).most_common(n)
+
+
+def count_lines(path, encoding="utf-8"):
+    """Return the number of lines in the file at path."""
+    with open(path, encoding=encoding) as f:
+        return sum(1 for line in f)
+
+
+def count_chars(path, encoding="utf-8"):
+    """Return the number of characters in the file at path."""
+    with open(path, encoding=encoding) as f:'''
+
+WARMUP_TOKENS = 8  # each mode's first calls (onnxruntime's first runs of a graph) are left out of the timing
 
 
 def cache_root() -> Path:
@@ -75,6 +104,9 @@ def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     prompt = tok.encode(PROMPT).ids
     runtime = Runtime(folder)
+    modes = ("model", "none", "prompt-lookup") + (("hybrid",) if runtime.hybrid is not None else ())
+    for draft in modes:
+        list(runtime.generate(prompt, GenerationConfig(max_new_tokens=WARMUP_TOKENS, draft=draft)))
     spec, base = Stats(), Stats()
     out = sys.stdout if progress else sys.stderr
     print(PROMPT, end="", file=out, flush=True)
@@ -92,7 +124,7 @@ def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
               "target_only_tokens_per_s": base.tokens_per_s, "export": str(folder)}
     # the baseline a user would pick instead (prompt-lookup, free to draft), and hybrid drafting where the
     # drafter is calibrated for it (each round the drafter's block or lookup's)
-    for draft in ("prompt-lookup", "hybrid") if runtime.hybrid is not None else ("prompt-lookup",):
+    for draft in modes[2:]:
         other = Stats()
         for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new_tokens, draft=draft), other):
             pass

@@ -7,6 +7,10 @@ back-to-back calls) and the median taken:
 drafter's three graphs (`draft_read`, `state_commit` and `window_shift` with a full commit).
 Calls at one position overwrite the same cache rows, which is what a rejected round does.
 Then target-only decoding (tokens/s) from the same prompt, beside optimum-ort's where installed.
+
+Beside the times, each target graph's arithmetic (`target_macs`: the weights' multiply-adds per row
+plus attention over the committed keys) and the rate it ran at (GFLOP/s): a graph far below the
+machine's rate is held up by per-call overhead, one near it by arithmetic.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from hyflash.models.config import TargetConfig
 from hyflash.runtime_py.bench import OptimumBaseline, export_tokenizer, source_texts
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
-from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
+from hyflash.runtime_py.manifest import DRAFTER_GRAPHS, VERIFY_ROWS
+
 
 def profile_prompt(runtime: Runtime, length: int, seed: int = 0) -> list[int]:
     """`length` tokens of held-out text where the export has a tokenizer, else seeded random ids.
@@ -33,6 +39,22 @@ def profile_prompt(runtime: Runtime, length: int, seed: int = 0) -> list[int]:
             if len(ids) >= length:
                 return ids[:length]
     return np.random.default_rng(seed).integers(0, runtime.vocab, length).tolist()
+
+
+def target_macs(cfg: TargetConfig, rows: int, committed: int) -> int:
+    """Multiply-adds of one target call on `rows` new rows after `committed` rows: every layer's
+    projections and gated MLP and the LM head once a row, and attention (q.k and p.v for every head)
+    over the committed keys plus the rows up to its own (causal). Norms, RoPE and softmax left out."""
+    h, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    weights = cfg.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * cfg.intermediate_size) + h * cfg.vocab_size
+    keys = rows * committed + rows * (rows + 1) // 2
+    return rows * weights + cfg.num_layers * 2 * q * keys
+
+
+def target_gflops(cfg: TargetConfig, committed: int, ms: dict[str, float]) -> dict[str, float]:
+    """The rate (GFLOP/s, 2 per multiply-add) target_decode and target_verify ran at."""
+    rows = {"target_decode": 1, "target_verify": VERIFY_ROWS}
+    return {g: 2 * target_macs(cfg, n, committed) / (ms[g] * 1e6) for g, n in rows.items()}
 
 
 def graph_times(runtime: Runtime, c: int, repeats: int) -> dict[str, float]:
@@ -60,6 +82,7 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
     if optimum and backend == "onnxruntime":
         baseline, status = OptimumBaseline.maybe(Path(runtime.manifest["target"]["path"]), threads)
     rows = []
+    cfg = TargetConfig.from_hf(runtime.manifest["target"]["config"])
     text = profile_prompt(runtime, max(contexts))
     for c in tqdm(contexts, desc="profile", disable=not progress, file=sys.stderr, dynamic_ncols=True):
         prompt = text[:c]
@@ -67,6 +90,7 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
         ms = graph_times(runtime, c, repeats)
         row["graph_ms"] = ms
         row["verify_over_decode"] = ms["target_verify"] / ms["target_decode"]
+        row["target_gflops"] = target_gflops(cfg, c, ms)
         row["drafter_ms_per_round"] = sum(ms[g] for g in DRAFTER_GRAPHS if g in ms)
         # hybrid drafting's --draft-cost for this export: draft_read against the rest of a round
         row["draft_read_share"] = ms["draft_read"] / (ms["target_verify"] + row["drafter_ms_per_round"] - ms["draft_read"])
@@ -85,11 +109,14 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
 def format_profile(report: dict) -> str:
     graphs = sorted({g for r in report["rows"] for g in r["graph_ms"]})
     head = f"{'context':>7} " + " ".join(f"{g:>15}" for g in graphs)
-    head += f" {'verify/decode':>13} {'draft/round':>11} {'prefill tok/s':>13} {'TTFT ms':>8} {'tok/s':>7}"
+    head += (f" {'verify/decode':>13} {'GFLOP/s d/v':>11} {'draft/round':>11} {'prefill tok/s':>13} {'TTFT ms':>8}"
+             f" {'tok/s':>7}")
     lines = [f"{report['backend']}, ms per call (median of {report['repeats']})", head]
     for r in report["rows"]:
         line = f"{r['context']:>7} " + " ".join(f"{r['graph_ms'].get(g, float('nan')):>15.2f}" for g in graphs)
-        line += (f" {r['verify_over_decode']:>13.2f} {r['drafter_ms_per_round']:>11.2f} "
+        rate = r["target_gflops"]
+        line += (f" {r['verify_over_decode']:>13.2f} {rate['target_decode']:>5.0f}/{rate['target_verify']:<5.0f}"
+                 f" {r['drafter_ms_per_round']:>11.2f} "
                  f"{r['prefill_tokens_per_s']:>13.0f} {r['ttft_ms']:>8.1f} {r['target_only_tokens_per_s']:>7.1f}")
         if "optimum_ort_tokens_per_s" in r:
             line += f"  (optimum-ort {r['optimum_ort_tokens_per_s']:.1f} tok/s)"

@@ -3,8 +3,14 @@
 import json
 
 import numpy as np
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import DynamicCache
 
 from hyflash.cli import main
+from hyflash.models.config import TargetConfig
+from hyflash.runtime_py.profile import target_macs
 
 
 def test_bench_reports_every_drafter_and_bucket(both_formats, tmp_path, capsys):
@@ -77,11 +83,44 @@ def test_bench_samples_reproducibly(both_formats, tmp_path, capsys):
     assert taus[0] == taus[1]
 
 
+@pytest.mark.parametrize("variant", ["qwen3", "llama"])
+def test_target_macs_match_torchs_flop_count_of_the_reference(hf_checkpoint, variant):
+    """profile's arithmetic against torch's FlopCounterMode over transformers' forward (eager attention: plain
+    matmuls the counter sees) of `rows` new tokens after `committed` cached ones, less RoPE's angle table.
+    transformers multiplies every row by every key (the mask drops the future ones afterwards);
+    target_macs counts only the keys up to a row's own: the triangle apart, the same."""
+    folder, model = hf_checkpoint(variant)
+    shared = model.config._attn_implementation  # the session's model: restored for the other tests
+    model.set_attn_implementation("eager")
+    try:
+        _check_macs(folder, model)
+    finally:
+        model.set_attn_implementation(shared)
+
+
+def _check_macs(folder, model):
+    cfg = TargetConfig.from_hf(json.loads((folder / "config.json").read_text()))
+    q = cfg.num_heads * cfg.head_dim
+    for committed, rows in ((0, 1), (37, 1), (37, 8), (90, 8)):
+        cache = DynamicCache()
+        with torch.no_grad():
+            if committed:
+                model(torch.arange(committed)[None] % cfg.vocab_size, past_key_values=cache, use_cache=True)
+            counter = FlopCounterMode(display=False)
+            with counter:
+                model(torch.arange(rows)[None] + 3, past_key_values=cache, use_cache=True)
+        angles = counter.get_flop_counts()[f"{type(model).__name__}.model.rotary_emb"]
+        flops = counter.get_total_flops() - sum(angles.values())
+        future = rows * (rows - 1) // 2  # (row, later row) pairs transformers multiplies and masks
+        assert flops == 2 * (target_macs(cfg, rows, committed) + cfg.num_layers * 2 * q * future)
+
+
 def test_profile_reports_every_graph_at_every_context(both_formats, tmp_path, capsys):
     """`hyflash profile` on both backends: each graph's median ms at each committed length, the ratios derived
     from them (verify/decode, the drafter's graphs per round, draft_read's share of a round), prefill and
     target-only figures; a context with no room for the decoded tokens is refused in one line."""
     out = tmp_path / "profile.json"
+    cfg = TargetConfig.from_hf(json.loads((both_formats / "manifest.json").read_text())["target"]["config"])
     for backend in ("onnxruntime", "executorch"):
         assert main(["profile", str(both_formats), "--backend", backend, "--contexts", "16,48", "--repeats", "3",
                      "--new-tokens", "8", "--no-optimum", "--out", str(out), "--json"]) == 0
@@ -93,6 +132,8 @@ def test_profile_reports_every_graph_at_every_context(both_formats, tmp_path, ca
             assert set(ms) == {"target_decode", "target_verify", "target_prefill", "draft_read", "state_commit",
                                "window_shift"} and min(ms.values()) > 0
             assert r["verify_over_decode"] == ms["target_verify"] / ms["target_decode"]
+            for g, rows in (("target_decode", 1), ("target_verify", 8)):  # the rate each ran at
+                assert r["target_gflops"][g] == 2 * target_macs(cfg, rows, r["context"]) / (ms[g] * 1e6)
             assert r["drafter_ms_per_round"] == ms["draft_read"] + ms["state_commit"] + ms["window_shift"]
             rest = ms["target_verify"] + ms["state_commit"] + ms["window_shift"]
             assert abs(r["draft_read_share"] - ms["draft_read"] / rest) < 1e-12
