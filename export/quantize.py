@@ -10,7 +10,7 @@
 
 In `int4` the vocabulary projection (hidden -> vocab, the largest matmul, whose error lands on
 the logits directly) stays fp32, in both formats and both models. Measured on the reference
-drafter by `scripts/int4_ablation.py` (draft-token agreement with fp32 on onnxruntime, target-
+drafter by `scripts/int4_ablation.py` (on format 1; README, "Export and validation"; draft-token agreement with fp32 on onnxruntime, target-
 written / held-out text): 86.8% / 86.1% with a 4-bit projection, 91.7% / 91.4% with it fp32;
 an 8-bit projection agrees as well but makes `draft_read` 1.8x slower than fp32 (MatMulNBits
 at 8 bits has no fast weight-only kernel here).
