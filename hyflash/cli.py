@@ -398,7 +398,8 @@ def cmd_train_target(args) -> int:
     return 0
 
 
-# train-drafter's architecture flags and their defaults (--init-from takes them from the folder instead)
+# train-drafter's architecture flags and their defaults. The parser leaves them None, so that --init-from
+# (which takes the architecture from its folder) can refuse any given beside it, defaults included.
 _DRAFTER_SHAPE = {"memory": "mamba2", "window": "128", "layers": 2, "intermediate_size": None, "markov_rank": 64,
                   "no_confidence": False, "memory_history": None, "no_slot_attention": False, "draft_vocab": 0,
                   "lookup_input": False}
@@ -411,18 +412,23 @@ def cmd_train_drafter(args) -> int:
     from hyflash.train.drafter import train_drafter
     from hyflash.train.loop import is_writer
 
+    given = [k for k in _DRAFTER_SHAPE if getattr(args, k) is not None]
+    if args.init_from and given:
+        raise CliError(f"--init-from takes the drafter's architecture from {args.init_from}; leave out "
+                       + " ".join(f"--{k.replace('_', '-')}" for k in given))
+    init_from = resolve(args.init_from, "drafter") if args.init_from else None
+    if init_from and not (init_from / "model.safetensors").is_file():
+        raise CliError(f"--init-from {args.init_from}: not a drafter folder (config.json + model.safetensors), "
+                       "such as a train-drafter run's model/")
+    for k, default in _DRAFTER_SHAPE.items():
+        if getattr(args, k) is None:
+            setattr(args, k, default)
     train_cfg = _train_config(args)
     folder = resolve(args.target, "target")
     target = load_target(folder)
     rows = open_rows(args.data, folder, args.tokenizer, args.seq_len, weights_sha256(folder))
-    init_from, cfg = None, None
-    if args.init_from:
-        given = [f"--{k.replace('_', '-')}" for k, v in _DRAFTER_SHAPE.items() if getattr(args, k) != v]
-        if given:
-            raise ValueError(f"--init-from takes the drafter's architecture from {args.init_from}; "
-                             f"leave out {' '.join(given)}")
-        init_from = resolve(args.init_from, "drafter")
-    else:
+    cfg = None
+    if not init_from:
         window = "full" if args.window == "full" else int(args.window)
         sizes = {"intermediate_size": args.intermediate_size} if args.intermediate_size else {}
         cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
@@ -480,7 +486,7 @@ def cmd_calibrate(args) -> int:
     import numpy as np
     import torch
 
-    from hyflash.models.hybrid import calibration, hybrid_rounds
+    from hyflash.models.hybrid import calibration
     from hyflash.models.loading import load_drafter, load_target, resolve, weights_sha256
     from hyflash.train.batches import response_anchors
     from hyflash.train.calibrate import measure_rounds, plot_reliability, write
@@ -503,13 +509,12 @@ def cmd_calibrate(args) -> int:
     rounds = measure_rounds(target, drafter, data.tokens[greedy],
                             response_anchors(data.prompt_len[greedy], data.tokens.shape[1], data.length[greedy]))
     cal = {**calibration(rounds), "data": str(args.data), "sequences": int(greedy.size)}
-    cal["mean_accepted"]["hybrid"] = float(hybrid_rounds(cal, rounds).mean())
     path = write(cal, drafter_dir)
     if args.plot:
         plot_reliability(cal, args.plot, f"{drafter.cfg.name}: {cal['rounds']} training rounds")
     m = cal["mean_accepted"]
     _emit(args, cal, lambda: f"wrote {path}: mean accepted drafts per round on {cal['rounds']} training rounds: "
-          f"drafter {m['drafter']:.2f}, lookup {m['lookup']:.2f}, hybrid {m['hybrid']:.2f} "
+          f"drafter {m['drafter']:.2f}, lookup {m['lookup']:.2f}, hybrid {m['hybrid']:.2f} (cross-fitted) "
           f"(better of the two each round {m['better_of_two']:.2f})")
     return 0
 
@@ -790,23 +795,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "folders, .jsonl of {\"text\"} or chat {\"messages\"} (rendered with the target's template)")
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="a tokenizer.json to use instead of the target's own")
-    shape = _DRAFTER_SHAPE
-    p.add_argument("--memory", choices=["mamba2", "gated_deltanet", "off"], default=shape["memory"])
-    p.add_argument("--window", default=shape["window"], help="committed features attended to, or 'full'")
-    p.add_argument("--layers", type=_positive(), default=shape["layers"])
-    p.add_argument("--intermediate-size", type=_positive(), default=shape["intermediate_size"],
-                   help="MLP width (default: the target's)")
-    p.add_argument("--markov-rank", type=int, default=shape["markov_rank"])
-    p.add_argument("--no-confidence", action="store_true")
-    p.add_argument("--memory-history", type=_positive(), default=shape["memory_history"],
-                   help="ablation: memory sees the last M only")
-    p.add_argument("--no-slot-attention", action="store_true", help="ablation: no attention among draft slots")
-    p.add_argument("--draft-vocab", type=int, default=shape["draft_vocab"],
-                   help="N: the head predicts only the N most frequent target tokens of the data (0: all)")
-    p.add_argument("--lookup-input", action="store_true",
+    p.add_argument("--memory", choices=["mamba2", "gated_deltanet", "off"], help="default mamba2")
+    p.add_argument("--window", help="committed features attended to, or 'full' (default 128)")
+    p.add_argument("--layers", type=_positive(), help="default 2")
+    p.add_argument("--intermediate-size", type=_positive(), help="MLP width (default: the target's)")
+    p.add_argument("--markov-rank", type=int, help="default 64")
+    p.add_argument("--no-confidence", action="store_const", const=True)
+    p.add_argument("--memory-history", type=_positive(), help="ablation: memory sees the last M only")
+    p.add_argument("--no-slot-attention", action="store_const", const=True,
+                   help="ablation: no attention among draft slots")
+    p.add_argument("--draft-vocab", type=int,
+                   help="N: the head predicts only the N most frequent target tokens of the data (default 0: all)")
+    p.add_argument("--lookup-input", action="store_const", const=True,
                    help="draft_read also reads prompt-lookup's block and match length (docs/design.md)")
     p.add_argument("--init-from", default=None,
-                   help="continue from this drafter folder's weights and architecture (a fresh lr schedule)")
+                   help="continue from this drafter folder's weights and architecture (bf16 weights, fresh optimizer "
+                        "moments and lr schedule; calibrate again for hybrid drafting); no architecture flags beside it")
     p.add_argument("--seq-len", type=_positive(), default=None,
                    help="training window (default 512; a regenerated folder's own length)")
     p.add_argument("--anchors", type=_positive(), default=48, help="anchors sampled per sequence")

@@ -13,7 +13,7 @@ calibration measured on training data (`hyflash calibrate`, train/calibrate.py):
   and a drafter that reads lookup's block (`--lookup-input`) already weighs it. The rule compares
   the two means of the round's own cell, and the marginal tables where that cell is thin;
 - what running the drafter adds at lookup match n (`drafter_gain`: the rule's mean accepted drafts
-  minus lookup's, over rounds with match n). Lookup's match is known before the drafter runs, so
+  minus lookup's, over rounds with match n, the rule's tables fitted on the other half of the rounds). Lookup's match is known before the drafter runs, so
   where that gain is worth less than draft_read costs, a round skips draft_read and verifies
   lookup's block (`skip_drafter`).
 
@@ -27,30 +27,48 @@ import numpy as np
 from hyflash.models.lookup import MAX_NGRAM
 
 BIN_EDGES = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0)
+_EDGES = np.asarray(BIN_EDGES)
 MIN_ROUNDS = 20
 
 
 def calibration(rounds: dict[str, np.ndarray]) -> dict:
     """The rule's constants from measured rounds: arrays `expected` (sum of confidences), `drafter`
-    (its realised accepted drafts), `match` (lookup's n) and `lookup` (its realised accepted drafts)."""
-    table = []
-    for n in range(MAX_NGRAM + 1):
-        hit = rounds["match"] == n
-        table.append({"match": n, "rounds": int(hit.sum()),
-                      "mean_accepted": float(rounds["lookup"][hit].mean()) if hit.any() else 0.0})
-    bins = reliability(rounds["expected"], rounds["drafter"])
-    cell = np.asarray([bin_index(e) for e in rounds["expected"]])
-    joint = [[_means(rounds, (rounds["match"] == n) & (cell == b)) for b in range(len(BIN_EDGES) - 1)]
-             for n in range(MAX_NGRAM + 1)]
-    cal = {"lookup": table, "drafter_bins": bins, "joint": joint, "min_rounds": MIN_ROUNDS,
-           "rounds": int(len(rounds["match"])),
-           "mean_accepted": {"drafter": float(rounds["drafter"].mean()), "lookup": float(rounds["lookup"].mean()),
-                             "better_of_two": float(np.maximum(rounds["drafter"], rounds["lookup"]).mean())}}
-    gain = hybrid_rounds(cal, rounds) - rounds["lookup"]
-    for row in table:
+    (its realised accepted drafts), `match` (lookup's n) and `lookup` (its realised accepted drafts).
+    The tables come from all the rounds; what the rule makes of them (`mean_accepted.hybrid`, and
+    `drafter_gain`, which decides the skips) is measured on rounds the tables were not fitted on
+    (`held_out_hybrid`): picking the better of two means per cell flatters itself in-sample."""
+    cal = tables(rounds)
+    cal["mean_accepted"] = {"drafter": float(rounds["drafter"].mean()), "lookup": float(rounds["lookup"].mean()),
+                            "better_of_two": float(np.maximum(rounds["drafter"], rounds["lookup"]).mean())}
+    held = held_out_hybrid(rounds)
+    cal["mean_accepted"]["hybrid"] = float(held.mean())
+    gain = held - rounds["lookup"]
+    for row in cal["lookup"]:
         hit = rounds["match"] == row["match"]
         row["drafter_gain"] = float(gain[hit].mean()) if hit.any() else 0.0
     return cal
+
+
+def tables(rounds: dict[str, np.ndarray]) -> dict:
+    """Lookup's mean by match length, the drafter's reliability bins and the joint (match, bin) cells."""
+    lookup_rows = []
+    for n in range(MAX_NGRAM + 1):
+        hit = rounds["match"] == n
+        lookup_rows.append({"match": n, "rounds": int(hit.sum()),
+                            "mean_accepted": float(rounds["lookup"][hit].mean()) if hit.any() else 0.0})
+    cell = bin_index(rounds["expected"])
+    joint = [[_means(rounds, (rounds["match"] == n) & (cell == b)) for b in range(len(BIN_EDGES) - 1)]
+             for n in range(MAX_NGRAM + 1)]
+    return {"lookup": lookup_rows, "drafter_bins": reliability(rounds["expected"], rounds["drafter"]),
+            "joint": joint, "min_rounds": MIN_ROUNDS, "rounds": int(len(rounds["match"]))}
+
+
+def held_out_hybrid(rounds: dict[str, np.ndarray]) -> np.ndarray:
+    """Accepted drafts per round under the rule, each half of the rounds judged by tables fitted on the
+    other half (rounds come row by row, so the halves are different rows of text)."""
+    half = len(rounds["match"]) // 2
+    first, second = ({k: v[:half] for k, v in rounds.items()}, {k: v[half:] for k, v in rounds.items()})
+    return np.concatenate([hybrid_rounds(tables(second), first), hybrid_rounds(tables(first), second)])
 
 
 def _means(rounds: dict[str, np.ndarray], hit: np.ndarray) -> dict:
@@ -58,9 +76,10 @@ def _means(rounds: dict[str, np.ndarray], hit: np.ndarray) -> dict:
             "lookup": float(rounds["lookup"][hit].mean()) if hit.any() else None}
 
 
-def bin_index(expected: float) -> int:
-    """The reliability bin a round's expected accepted drafts falls in (the last one takes the top edge)."""
-    return int(np.clip(np.searchsorted(BIN_EDGES, expected, side="right") - 1, 0, len(BIN_EDGES) - 2))
+def bin_index(expected):
+    """The reliability bin (or array of bins) that expected accepted drafts fall in, as `reliability`
+    bins them (the last bin takes its top edge and anything above)."""
+    return np.clip(np.searchsorted(_EDGES, expected, side="right") - 1, 0, len(BIN_EDGES) - 2)
 
 
 def reliability(expected, realised) -> list[dict]:
@@ -79,7 +98,7 @@ def choose_lookup(cal: dict, expected: float, match: int) -> bool:
     """The hybrid rule: verify lookup's block when its expected accepted drafts exceed the drafter's, both
     as measured in the round's own (match, confidence bin) cell; in a thin cell (or a calibration made
     before the joint table), lookup's mean at that match against the drafter's at that confidence."""
-    cell = cal["joint"][match][bin_index(expected)] if "joint" in cal else None
+    cell = cal["joint"][match][int(bin_index(expected))] if "joint" in cal else None
     if cell is not None and cell["rounds"] >= cal["min_rounds"]:
         return cell["lookup"] > cell["drafter"]
     return lookup_expected(cal, match) > drafter_expected(cal, expected)
@@ -125,7 +144,7 @@ def lookup_expected(cal: dict, match: int) -> float:
 
 def drafter_expected(cal: dict, expected: float) -> float:
     """The realised mean of the bin `expected` falls in (the head's own figure in a thin bin)."""
-    b = cal["drafter_bins"][bin_index(expected)]
+    b = cal["drafter_bins"][int(bin_index(expected))]
     return b["realised"] if b["rounds"] >= cal["min_rounds"] else expected
 
 

@@ -10,7 +10,9 @@ Then target-only decoding (tokens/s) from the same prompt, beside optimum-ort's 
 
 Beside the times, each target graph's arithmetic (`target_macs`: the weights' multiply-adds per row
 plus attention over the committed keys) and the rate it ran at (GFLOP/s): a graph far below the
-machine's rate is held up by per-call overhead, one near it by arithmetic.
+machine's rate is held up by per-call overhead or by reading its weights, one near it by arithmetic.
+Verify does 8x decode's arithmetic on the same weights, so where decode's rate is low and verify's
+high, verify/decode is the arithmetic showing.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from hyflash.models.hybrid import (BIN_EDGES, bin_index, calibration, choose_lookup, drafter_expected, hybrid_rounds, reliability,
-                                   skip_drafter, skipped_matches)
+from hyflash.models.hybrid import (BIN_EDGES, bin_index, calibration, choose_lookup, drafter_expected, held_out_hybrid,
+                                   hybrid_rounds, reliability, skip_drafter, skipped_matches, tables)
 from hyflash.models.lookup import lookup
 
 
@@ -26,6 +26,23 @@ def test_calibration_tables_hold_what_was_measured():
         if b["rounds"]:
             assert b["from"] <= b["predicted"] <= b["to"] and b["predicted"] / 2 - 1 <= b["realised"] <= b["predicted"] / 2
     assert cal["mean_accepted"]["better_of_two"] >= max(cal["mean_accepted"]["drafter"], cal["mean_accepted"]["lookup"])
+    # the joint cells partition the rounds as the two marginal tables do
+    joint = np.asarray([[c["rounds"] for c in row] for row in cal["joint"]])
+    assert joint.sum(0).tolist() == [b["rounds"] for b in cal["drafter_bins"]]
+    assert joint.sum(1).tolist() == [row["rounds"] for row in cal["lookup"]]
+
+
+def test_held_out_hybrid_judges_each_half_by_the_other():
+    """The rule fitted on one half of the rounds, scored on the other: where the two halves disagree (noise
+    a per-cell pick would fit), the in-sample figure flatters, the held-out one does not."""
+    rng = np.random.default_rng(3)
+    n = 4000  # lookup and drafter equally good on average; which wins a cell is noise
+    r = {"expected": rng.uniform(0, 7, n), "drafter": rng.integers(0, 8, n).astype(float),
+         "match": rng.integers(0, 4, n).astype(float), "lookup": rng.integers(0, 8, n).astype(float)}
+    first = {k: v[:n // 2] for k, v in r.items()}
+    assert (held_out_hybrid(r)[:n // 2] == hybrid_rounds(tables({k: v[n // 2:] for k, v in r.items()}), first)).all()
+    in_sample = hybrid_rounds(tables(r), r).mean()
+    assert in_sample > held_out_hybrid(r).mean() + 0.1 and in_sample > max(r["drafter"].mean(), r["lookup"].mean()) + 0.1
 
 
 def test_rule_uses_the_realised_means_not_the_heads_word():
@@ -63,9 +80,10 @@ def test_rule_compares_both_blocks_within_the_rounds_own_cell():
 def test_drafter_gain_per_match_is_measured_on_the_calibration_rounds():
     r = rounds()
     cal = calibration(r)
-    gain = hybrid_rounds(cal, r) - r["lookup"]
+    gain = held_out_hybrid(r) - r["lookup"]
     for row in cal["lookup"]:  # what the rule's choice adds over lookup alone, by lookup's match length
         assert row["drafter_gain"] == gain[r["match"] == row["match"]].mean()
+    assert cal["mean_accepted"]["hybrid"] == held_out_hybrid(r).mean()
     # a 3-gram match (lookup realises 6, the head's best realised is ~3): the drafter adds nothing there
     assert cal["lookup"][3]["drafter_gain"] == 0.0 and cal["lookup"][1]["drafter_gain"] > 1.0
     assert skipped_matches(cal, 0.01)[0] == {3} and skipped_matches(cal, 0.0)[0] == frozenset()

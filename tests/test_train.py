@@ -81,9 +81,14 @@ def test_train_drafter_continues_from_a_drafter_folder(corpus, tmp_path, capsys)
     c = load_file(fresh / "model" / "model.safetensors")
     assert not all(torch.equal(a[k], c[k]) for k in a)
     capsys.readouterr()
-    assert main(args + ["--init-from", str(first / "model"), "--markov-rank", "8", "--out",
-                        str(tmp_path / "refused")]) == 2
-    assert "leave out --markov-rank" in capsys.readouterr().err
+    for flags, says in ((["--markov-rank", "8"], "leave out --markov-rank"),
+                        (["--markov-rank", "64"], "leave out --markov-rank"),  # a default given is refused too
+                        (["--lookup-input"], "leave out --lookup-input")):
+        assert main(args + ["--init-from", str(first / "model"), *flags, "--out", str(tmp_path / "refused")]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1
+    assert main(args + ["--init-from", str(first), "--out", str(tmp_path / "refused")]) == 2  # the run, not its model/
+    assert "not a drafter folder" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
 
 
