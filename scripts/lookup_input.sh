@@ -7,7 +7,9 @@
 # (results/lookup_input.json, lookup_input_t1.json, with plots). Then the same drafter at the embedded
 # drafters' budget (EMBED_STEPS, 3,000: runs/reference-v2/drafter-hyflash-lookup, committed in
 # checkpoints/drafters-v2), calibrated, for `HYFLASH_RUN=runs/reference-v2/drafter-hyflash-lookup
-# RUNS=runs/reference-v2 scripts/drafter_card.sh` to install as the embedded HyFlash drafter.
+# RUNS=runs/reference-v2 scripts/drafter_card.sh` to install as the embedded HyFlash drafter. With MORE_STEPS
+# (2,500 for the embedded one), that run continued from its weights on a fresh schedule (`--init-from`, lr MORE_LR,
+# default 5e-4): runs/reference-v2/drafter-hyflash-lookup-more, committed in checkpoints/drafters-v2.
 # Last, issue 15's question with copying handled: the window drafter with the lookup input and HyFlash's
 # parameter count (memory off, MLP 816, as long_range.sh's swa-matched), against the HyFlash one, on the
 # ordinary bench and the evidence probes (${RESULT}_window.json, ${RESULT}_window_probe.json).
