@@ -5,6 +5,7 @@
 # acceptance by context bucket with `hyflash bench`, greedy and at T = 1 (the model card's tables).
 # Usage: scripts/drafter_card.sh [NAMES...]   (default: hyflash swa full gdn)
 #        INSTALL=0 scripts/drafter_card.sh     (re-measure the embedded drafters: no install from runs/)
+#        BENCH=0 scripts/drafter_card.sh       (install and export only)
 #        RUNS=runs/reference-v2 TARGET_SRC=checkpoints/target-v3h-copy6 scripts/drafter_card.sh
 #                                              (the second generation: the target installed too)
 #        HYFLASH_RUN=runs/reference-v2/drafter-hyflash-lookup PLAIN=checkpoints/drafters-v2/drafter-hyflash/model \
@@ -12,6 +13,10 @@
 #                                              (the embedded HyFlash drafter from another run, here the one with
 #                                              the lookup input; PLAIN: a drafter benched beside the embedded
 #                                              ones, exported to $EXPORTS-hyflash-plain, not installed)
+#        HYFLASH_RUN=runs/reference-v2/drafter-hyflash-lookup-more \
+#          HYFLASH_BEFORE=checkpoints/drafters-v2/drafter-hyflash-lookup PLAIN=... RUNS=... scripts/drafter_card.sh
+#                                              (the embedded HyFlash drafter, continued from an earlier run with
+#                                              --init-from: its card's log holds both stages, one after the other)
 # Exports go to $EXPORTS-<name> (default runs/exports/v2-<name>): delete them after installing new weights.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,10 +37,19 @@ for name in "${names[@]}"; do
     cp "$src/model/config.json" "$src/model/model.safetensors" "$dest/"
     [ ! -f "$src/model/hybrid.json" ] || cp "$src/model/hybrid.json" "$dest/"
     cp "$src/log.jsonl" "$card/train_log.jsonl"
+    if [ "$name" = hyflash ] && [ -n "${HYFLASH_BEFORE:-}" ]; then  # a run continued (--init-from): both stages
+      .venv/bin/python -c "
+import json; from pathlib import Path
+first = [json.loads(x) for x in Path('$HYFLASH_BEFORE/log.jsonl').read_text().splitlines()]
+then = [json.loads(x) for x in Path('$src/log.jsonl').read_text().splitlines()]
+step, wall = first[-1]['step'], first[-1]['elapsed_s']
+rows = first + [{**e, 'step': e['step'] + step, 'elapsed_s': e['elapsed_s'] + wall} for e in then]
+Path('$card/train_log.jsonl').write_text(''.join(json.dumps(e) + '\\n' for e in rows))"
+    fi
     .venv/bin/python -c "
 from pathlib import Path; import json
 from hyflash.train.evaluate import plot_training_log
-print(json.dumps(plot_training_log(Path('$src/log.jsonl'), Path('$card/loss_curve.png'), 'drafter $name')))
+print(json.dumps(plot_training_log(Path('$card/train_log.jsonl'), Path('$card/loss_curve.png'), 'drafter $name')))
 " > "$card/train_summary.json"
   fi
   ref=reference$([ "$name" = hyflash ] || echo "-$name")
@@ -52,6 +66,7 @@ if [ -n "${PLAIN:-}" ]; then
     $H export --target reference --drafter "$PLAIN" --out "$EXPORTS-hyflash-plain" --format onnx --force
   exports+=("$EXPORTS-hyflash-plain")
 fi
+[ "${BENCH:-1}" != 0 ] || exit 0  # BENCH=0: install and export only
 for t in 0 1; do  # greedy (bench.json) and sampled at T = 1 (bench_t1.json), seeded
   out=docs/reference/bench$([ "$t" = 0 ] || echo "_t$t")
   $H bench "${exports[@]}" --buckets 256,512,1024,2048 --prompts-per-bucket "$PROMPTS" --max-new-tokens 64 \

@@ -5,6 +5,7 @@ drift hits them alike. Policies (how `ort_session_options` sets a graph's sessio
   runtime           `ort_session_options`, what the runtime does now
   target-spins      the target's sessions `threads` threads, spinning; the drafter's one thread
   all-spin-in-call  every session `threads` threads, spinning while a call runs, stopping when it returns
+  drafter-one-thread  the target's as all-spin-in-call, the drafter's sessions one thread (no pool to wake)
 (Every pool spinning after its calls too, onnxruntime's default, ran the drafters at 0.3x: left out, its
 lingering spin would slow whichever policy runs next.) "runtime" and "all-spin-in-call" are the same
 policy now, so their difference is the noise floor; "target-spins" was the runtime's for a day. The
@@ -46,6 +47,7 @@ POLICIES = {
     "runtime": backends.ort_session_options,  # what the runtime does today
     "target-spins": options({"target": (None, True), "drafter": (1, False)}),
     "all-spin-in-call": options({"target": (None, "in-call"), "drafter": (None, "in-call")}),
+    "drafter-one-thread": options({"target": (None, "in-call"), "drafter": (1, "in-call")}),
 }
 
 def machine() -> str:
