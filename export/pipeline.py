@@ -162,8 +162,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                 mode = cfg.mode(specs[key].model)
                 graphs[key]["onnx"] = export_onnx_graph(
                     specs[key], target, drafter, max_context, weights,
-                    lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.quantize_embeddings, tables), mode,
-                                            vocab_weight=vocab_weight))
+                    lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.quantize_embeddings, tables, specs[key].model),
+                                            mode, specs[key].model, vocab_weight=vocab_weight))
             else:
                 _pte(cfg, list(specs.values()), target, drafter, max_context, tmp / PTE_FILE)
         if "pte" in cfg.formats:
@@ -284,10 +284,12 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
                          "embeddings": cfg.quantize_embeddings,
                          "pte_kernels": list(QUANTIZED_EMBEDDING_KERNELS[cfg.quantize_embeddings]),
                          "onnx": {"int8": "dynamic int8 (MatMulInteger)",
-                                  "int4": "MatMulNBits, int4 weights in groups of 32, asymmetric, accuracy_level 4 "
-                                          "(int8 activations per row and block); vocabulary projection fp32",
+                                  "int4": "MatMulNBits, int4 weights in groups of 32, asymmetric; the drafter's "
+                                          "accuracy_level 4 (int8 activations per row and block), the target's 0 "
+                                          "(fp32 compute); vocabulary projection fp32",
                                   "none": "fp32",
-                                  "embeddings": "GatherBlockQuantized / MatMulNBits (accuracy_level 4), group 32, symmetric"},
+                                  "embeddings": "GatherBlockQuantized / MatMulNBits (accuracy_level as int4), group 32, "
+                                                "symmetric"},
                          "pte": {"int8": "8da8w (torchao, XNNPACK)",
                                  "int4": "8da4w, group 32 (torchao, XNNPACK); vocabulary projection fp32",
                                  "none": "fp32",

@@ -4,8 +4,9 @@
   activations), through torchao and XNNPACK.
 - drafter `int4`: ONNX MatMulNBits (int4 weights group-wise, asymmetric; int8 compute with each row's
   activations quantized per block, accuracy_level 4); `.pte` 8da4w.
-- target `int4`: the same two forms. Both keep the rows of a block independent (per-row activation
-  quantization), so verifying 8 rows gives each row what decoding it alone would.
+- target `int4`: ONNX MatMulNBits with fp32 compute (accuracy_level 0: verifying 8 rows must give each
+  row what decoding it alone would, to fp32's rounding, and int8 compute does not: ACCURACY); `.pte`
+  8da4w (per-token activation quantization keeps the rows of a block independent).
   Dynamic int8 has per-tensor activation scales that couple rows: never used for the target.
 
 In `int4` the vocabulary projection (hidden -> vocab, the largest matmul, whose error lands on
@@ -36,17 +37,22 @@ from hyflash.models.target import Target
 DRAFTER_MODES = ("none", "int8", "int4")
 TARGET_MODES = ("none", "int4")
 GROUP = 32  # int4 group size (weights are quantized in groups of 32 input channels)
-# MatMulNBits' accuracy_level 4: int8 compute, each row's activations quantized per block of K (so the rows of
-# a block stay independent), as onnxruntime-genai builds for CPUs. At Qwen3-0.6B's geometry (2 layers, int4,
-# scripts/real_geometry.py's dry run, busy machine): target_verify 118 -> 56 ms, draft_read 135 -> 57 ms,
-# target_decode 34 -> 26 ms against the default (fp32 compute).
-ACCURACY = 4
+# MatMulNBits' accuracy_level per model. The drafter's: 4, int8 compute with each row's activations quantized per
+# block of K, as onnxruntime-genai builds for CPUs (at Qwen3-0.6B's geometry, scripts/real_geometry.py's dry run,
+# busy machine: draft_read 135 -> 57 ms against fp32 compute). The target's: 0, fp32 compute on the dequantized
+# weights. The greedy loop gives target-only's tokens only if a verify block's rows are what decoding them one at a
+# time gives. onnxruntime's kernels for one row and for several round differently: in fp32 compute by 1e-5 in the
+# reference target's logits (an argmax moves only at a near-tie), with int8 compute by up to 0.035, and there the
+# speculative output parted from target-only's on held-out prompts. The drafter's numbers never reach the output.
+# (The target's int8 compute had made its verify 118 -> 56 ms at Qwen3-0.6B's geometry: the price of exactness.)
+ACCURACY = {"target": 0, "drafter": 4}
 
 
-def quantize_onnx(proto, mode: str, vocab_weight=None):
-    """An onnx.ModelProto -> its quantized form. Its tensors may be external data relative to the current
-    directory (lower.export_onnx_graph); int4 reads them one at a time, int8 (drafters) loads them.
-    vocab_weight: the vocabulary projection's (hidden, vocab) weight as numpy, which int4 leaves fp32."""
+def quantize_onnx(proto, mode: str, model: str, vocab_weight=None):
+    """An onnx.ModelProto of `model` ("target" | "drafter") -> its quantized form. Its tensors may be external
+    data relative to the current directory (lower.export_onnx_graph); int4 reads them one at a time, int8
+    (drafters) loads them. vocab_weight: the vocabulary projection's (hidden, vocab) weight as numpy, which
+    int4 leaves fp32."""
     import onnx
 
     if mode == "none":
@@ -55,8 +61,8 @@ def quantize_onnx(proto, mode: str, vocab_weight=None):
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
         vocab = vocab_projections(proto, vocab_weight) if vocab_weight is not None else []
-        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=GROUP, is_symmetric=False, accuracy_level=ACCURACY,
-                                         nodes_to_exclude=vocab + rotations(proto))
+        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=GROUP, is_symmetric=False,
+                                         accuracy_level=ACCURACY[model], nodes_to_exclude=vocab + rotations(proto))
         quantizer.process()
         return quantizer.model.model
     if mode == "int8":
@@ -187,8 +193,9 @@ EMBEDDING_MODES = ("none", "int8", "int4")
 BITS = {"int8": 8, "int4": 4}
 
 
-def quantize_vocab_onnx(proto, mode: str, tables: list):
-    """A graph's vocabulary tables -> `mode` bits, group 32, symmetric. `tables`: the models' (V, D)
+def quantize_vocab_onnx(proto, mode: str, tables: list, model: str):
+    """A graph's vocabulary tables -> `mode` bits, group 32, symmetric (`model`'s accuracy_level: ACCURACY).
+    `tables`: the models' (V, D)
     tables as numpy (vocabulary_tables), found in the graph by value: a MatMul whose constant weight is a
     table's transpose becomes MatMulNBits (onnxruntime's quantizer), a Gather on a table becomes
     com.microsoft.GatherBlockQuantized. Both quantize a table by the same routine, row by row, so a
@@ -204,8 +211,8 @@ def quantize_vocab_onnx(proto, mode: str, tables: list):
     names = set(vocab_projections(proto, *(t.T for t in tables)))
     if names:
         others = [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.name not in names]
-        quantizer = MatMulNBitsQuantizer(proto, bits=bits, block_size=GROUP, is_symmetric=True, accuracy_level=ACCURACY,
-                                         nodes_to_exclude=others)
+        quantizer = MatMulNBitsQuantizer(proto, bits=bits, block_size=GROUP, is_symmetric=True,
+                                         accuracy_level=ACCURACY[model], nodes_to_exclude=others)
         quantizer.process()
         proto = quantizer.model.model
     tabs = constants_equal_to(proto, tables)
