@@ -13,9 +13,9 @@ calibration measured on training data (`hyflash calibrate`, train/calibrate.py):
   and a drafter that reads lookup's block (`--lookup-input`) already weighs it. The rule compares
   the two means of the round's own cell, and the marginal tables where that cell is thin;
 - what running the drafter adds at lookup match n (`drafter_gain`: the rule's mean accepted drafts
-  minus lookup's, over rounds with match n, the rule's tables fitted on the other half of the rounds). Lookup's match is known before the drafter runs, so
-  where that gain is worth less than draft_read costs, a round skips draft_read and verifies
-  lookup's block (`skip_drafter`).
+  minus lookup's, over rounds with match n, the rule's tables fitted on the other half of the
+  rounds). Lookup's match is known before the drafter runs, so where that gain is worth less than
+  draft_read costs, a round skips draft_read and verifies lookup's block (`skip_drafter`).
 
 numpy only: the runtime applies it every round.
 """
