@@ -159,11 +159,12 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                     to_fp16(target), to_fp16(drafter)
             elif label.startswith("onnx "):
                 # the vocabulary tables first: the drafter's int8 pass would take its head as a MatMul of its own
-                mode = cfg.mode(specs[key].model)
+                model = specs[key].model
+                mode = cfg.mode(model)
                 graphs[key]["onnx"] = export_onnx_graph(
                     specs[key], target, drafter, max_context, weights,
-                    lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.quantize_embeddings, tables, specs[key].model),
-                                            mode, specs[key].model, vocab_weight=vocab_weight))
+                    lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.quantize_embeddings, tables, model), mode, model,
+                                            vocab_weight=vocab_weight))
             else:
                 _pte(cfg, list(specs.values()), target, drafter, max_context, tmp / PTE_FILE)
         if "pte" in cfg.formats:

@@ -118,8 +118,7 @@ def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
     print(file=out)
     for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new_tokens, draft="none"), base):
         pass
-    if spec.tokens != base.tokens:
-        raise RuntimeError("speculative output differs from target-only output: this is a bug, please report it")
+    _same_as_target_only("speculative", spec, base)
     result = {**spec.to_json(), "text": shown, "speedup": spec.tokens_per_s / base.tokens_per_s,
               "target_only_tokens_per_s": base.tokens_per_s, "export": str(folder)}
     # the baseline a user would pick instead (prompt-lookup, free to draft), and hybrid drafting where the
@@ -128,10 +127,14 @@ def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
         other = Stats()
         for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new_tokens, draft=draft), other):
             pass
-        if other.tokens != base.tokens:
-            raise RuntimeError(f"{draft} output differs from target-only output: this is a bug, please report it")
+        _same_as_target_only(draft, other, base)
         result[draft] = {"acceptance_length": other.acceptance_length, "tokens_per_s": other.tokens_per_s,
                          "speedup": other.tokens_per_s / base.tokens_per_s, "rounds": other.rounds}
         if draft == "hybrid":
             result[draft]["lookup_rounds"] = other.lookup_rounds
     return result
+
+
+def _same_as_target_only(mode: str, stats: Stats, base: Stats) -> None:
+    if stats.tokens != base.tokens:
+        raise RuntimeError(f"{mode} output differs from target-only output: this is a bug, please report it")
