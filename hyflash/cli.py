@@ -536,9 +536,10 @@ def cmd_eval_target(args) -> int:
     stream = token_stream(args.corpus, args.tokenizer, "heldout")
     report = loss_by_position(target, stream, args.seq_len, args.windows)
     if fillers:
-        from hyflash.train.copyprobe import copy_accuracy, copy_rates
+        from hyflash.train.copyprobe import copy_accuracy, copy_breakdowns
 
-        report["copy_rate"] = copy_rates(target, stream, fillers, args.copy_probes)
+        report["copy_breakdown"] = copy_breakdowns(target, stream, fillers, args.copy_probes)
+        report["copy_rate"] = {name: b["rate"] for name, b in report["copy_breakdown"].items()}
         report["copy_accuracy_teacher_forced"] = {f"copy_{f}": copy_accuracy(target, stream, f, args.copy_probes)
                                                   for f in fillers}
     if args.plot:
@@ -550,8 +551,10 @@ def cmd_eval_target(args) -> int:
               f"({report['windows']} windows of {report['seq_len']})")
         for b in report["loss_by_position"]:
             print(f"  positions {b['from']:>5}-{b['to']:<5} loss {b['loss']:.3f}")
-        for name, rate in report.get("copy_rate", {}).items():
-            print(f"  distant-repeat copy rate, filler {name[5:]}: {rate:.1%}")
+        for name, b in report.get("copy_breakdown", {}).items():
+            after = "-" if b["after_miss"] is None else f"{b['after_miss']:.1%}"
+            print(f"  distant-repeat copy rate, filler {name[5:]}: {b['rate']:.1%} (unbroken for "
+                  f"{b['unbroken']:.1f} tokens; after the first miss {after} match)")
     return 0
 
 

@@ -229,3 +229,51 @@ def test_teacher_forced_copy_accuracy_scores_the_second_copy_one_sequence_at_a_t
         hits += sum(int(logits[0, PASSAGE + 40 + j].argmax()) == int(row[0, PASSAGE + 40 + j + 1])
                     for j in range(PASSAGE - 1))
     assert got == hits / (3 * (PASSAGE - 1))
+
+
+def test_edited_copies_keep_the_copy_around_their_edits():
+    """copy7 = copy6 with edits: runs of 1-3 substituted tokens inside a copy (none in its first 8 tokens nor at
+    its last), out of the loss; every other token of the copy still repeats its source, and the copied token
+    after an edit keeps the copy's weight (the model learns to pick the copy up again)."""
+    from hyflash.train.repeats import COPY6_CURRICULUM, COPY7_CURRICULUM, Repeat, edit_copy
+
+    stream = np.arange(1, 100_001, dtype=np.int64)  # every token tells where it came from
+    rng = np.random.default_rng(0)
+    edited = total = 0
+    for _ in range(200):
+        row, r = natural_repeat_row(stream, rng, 2049, (64, 512), (0, 1800))
+        w = np.ones(2049, np.float32)
+        w[r.dst + 1:r.dst + r.length] = 8.0
+        clean = row.copy()
+        runs = edit_copy(row, w, r, 1 / 30, rng)
+        out = np.zeros(2049, bool)
+        for start, k in runs:
+            assert 1 <= k <= 3 and r.dst + 8 <= start and start + k < r.dst + r.length
+            out[start:start + k] = True
+            assert w[start + k] == 8.0  # the copied token after the edit is learnt
+        assert (w[out] == 0).all() and (w[~out][r.dst + 1:] > 0).all()
+        assert (row[~out] == clean[~out]).all()
+        edited, total = edited + len(runs), total + r.length - 9
+    assert 1 / 45 < edited / total < 1 / 25
+    assert edit_copy(row, w, Repeat(0, 64, 100), 0.0, rng) == []
+    # natural rows (weights 1 and 8) carry edits (weight 0) under copy7, none under copy6
+    for schedule, has_edits in ((COPY6_CURRICULUM, False), (COPY7_CURRICULUM, True)):
+        _, w = curriculum_batch(stream, 4096, 0, schedule, 0, np.random.default_rng(3), 16, 2049)
+        natural = [wr for wr in w if (wr == 1).any() and (wr == 8).any()]
+        assert natural and all((wr == 0).any() == has_edits for wr in natural)
+
+
+def test_copy_breakdown_says_where_copies_break_and_whether_they_recover():
+    from hyflash.train.copyprobe import breakdown, copy_breakdowns, copy_rates
+
+    hits = np.ones((3, 8), bool)
+    hits[0, 2:] = False  # broken after 2, never back
+    hits[1, 5] = False  # one miss, then the copy again
+    got = breakdown(hits)
+    assert got["rate"] == hits.mean() and got["unbroken"] == (2 + 5 + 8) / 3
+    assert got["after_miss"] == 2 / (5 + 2)  # probe 0's 5 tokens after its miss, probe 1's 2
+    assert breakdown(np.ones((2, 8), bool))["after_miss"] is None
+    stream = np.random.default_rng(1).integers(1, VOCAB, size=20_000).astype(np.uint16)
+    model, _ = tiny_target()
+    rates = copy_rates(model, stream, (40, 100), n=3)
+    assert {k: b["rate"] for k, b in copy_breakdowns(model, stream, (40, 100), n=3).items()} == rates

@@ -120,9 +120,12 @@ def test_eval_target_reports_loss_by_position(corpus, tmp_path, capsys):
     data, run = corpus
     png = tmp_path / "lbp.png"
     assert main(["eval-target", "--target", str(run / "model"), "--corpus", str(data), "--tokenizer",
-                 str(data / "tokenizer.json"), "--seq-len", "32", "--windows", "3", "--plot", str(png), "--json"]) == 0
+                 str(data / "tokenizer.json"), "--seq-len", "32", "--windows", "3", "--plot", str(png), "--json",
+                 "--copy-fillers", "8,16", "--copy-probes", "2"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["windows"] >= 1 and 0 <= report["accuracy"] <= 1 and report["loss"] > 0
+    assert report["copy_rate"] == {k: b["rate"] for k, b in report["copy_breakdown"].items()}
+    assert set(report["copy_rate"]) == set(report["copy_accuracy_teacher_forced"]) == {"copy_8", "copy_16"}
     assert [b["to"] for b in report["loss_by_position"]][-1] == 32 and png.stat().st_size > 5000
 
 

@@ -3,7 +3,9 @@
 One probe: a held-out passage of 256 tokens, then F tokens of other held-out code (the filler),
 then the passage's first 24 tokens again; the target continues greedily for 64 tokens, compared
 token by token with the passage's tokens 24..87. The copy rate is the share that match, over
-all probes. Probes are drawn from a seeded generator; the passages are the same at every filler
+all probes. Where a copy breaks shows in `copy_breakdown`: the unbroken prefix (tokens before the
+first miss) and the share of the tokens after the first miss that match (a target that picks the
+copy up again after a miss scores near its per-token accuracy). Probes are drawn from a seeded generator; the passages are the same at every filler
 length (only the filler changes), so filler lengths compare paired.
 
 Greedy decoding here is batched (`hyflash.models.batched.decode_batch`).
@@ -46,21 +48,41 @@ def probe_prompts(stream: np.ndarray, filler: int, n: int, seed: int = 0, eos: i
     return np.stack(prompts).astype(np.int64), np.stack(targets).astype(np.int64)
 
 
+def copy_hits(model: Target, stream: np.ndarray, filler: int, n: int = 16, seed: int = 0,
+              batch: int = 8, eos: int | None = 0) -> np.ndarray:
+    """(n, 64) bool: which of the 64 greedy tokens equal the passage's continuation, probe by probe."""
+    prompts, targets = probe_prompts(stream, filler, n, seed, eos)
+    got = torch.cat([decode_batch(model, torch.from_numpy(prompts[i:i + batch]), CONTINUATION)
+                     for i in range(0, n, batch)])
+    return got.numpy() == targets
+
+
 def copy_rate(model: Target, stream: np.ndarray, filler: int, n: int = 16, seed: int = 0,
               batch: int = 8, eos: int | None = 0) -> float:
     """Share of the 64 greedy tokens equal to the passage's continuation, over n probes."""
-    prompts, targets = probe_prompts(stream, filler, n, seed, eos)
-    hits = 0
-    for i in range(0, n, batch):
-        got = decode_batch(model, torch.from_numpy(prompts[i:i + batch]), CONTINUATION)
-        hits += int((got == torch.from_numpy(targets[i:i + batch])).sum())
-    return hits / (n * CONTINUATION)
+    return float(copy_hits(model, stream, filler, n, seed, batch, eos).mean())
+
+
+def breakdown(hits: np.ndarray) -> dict[str, float]:
+    """The copy rate of (n, 64) hits, the mean unbroken prefix (tokens before a probe's first miss; 64 if
+    none), and the share of matches among the tokens after each probe's first miss (None if no probe
+    missed before its last token)."""
+    unbroken = np.where(hits.all(1), hits.shape[1], np.argmin(hits, axis=1))
+    after = [row[k + 1:] for row, k in zip(hits, unbroken) if k + 1 < hits.shape[1]]
+    return {"rate": float(hits.mean()), "unbroken": float(unbroken.mean()),
+            "after_miss": float(np.concatenate(after).mean()) if after else None}
 
 
 def copy_rates(model: Target, stream: np.ndarray, fillers=(256, 768, 1536), n: int = 16, seed: int = 0,
                eos: int | None = 0) -> dict[str, float]:
     """{"copy_<F>": rate} for each filler length F."""
     return {f"copy_{f}": copy_rate(model, stream, f, n, seed, eos=eos) for f in fillers}
+
+
+def copy_breakdowns(model: Target, stream: np.ndarray, fillers=(256, 768, 1536), n: int = 16, seed: int = 0,
+                    eos: int | None = 0) -> dict[str, dict]:
+    """{"copy_<F>": breakdown} for each filler length F (its "rate" is `copy_rates`' figure)."""
+    return {f"copy_{f}": breakdown(copy_hits(model, stream, f, n, seed, eos=eos)) for f in fillers}
 
 
 def short_gap_copy_rates(model: Target, stream: np.ndarray, n: int = 8, seed: int = 0,
