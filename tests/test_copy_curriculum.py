@@ -2,6 +2,7 @@
 --init-from continues from a folder's exact weights, and a curriculum run resumes."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -277,3 +278,42 @@ def test_copy_breakdown_says_where_copies_break_and_whether_they_recover():
     model, _ = tiny_target()
     rates = copy_rates(model, stream, (40, 100), n=3)
     assert {k: b["rate"] for k, b in copy_breakdowns(model, stream, (40, 100), n=3).items()} == rates
+
+
+def test_own_misses_enter_the_copies_inputs_and_the_labels_stay_the_copy():
+    """copy8: each copied token the model misses teacher-forced is replaced in the inputs by its own guess;
+    nothing else changes, and the loss is the weighted cross-entropy of the model on those inputs against the
+    original tokens. Rows and weights are copy6's; the copy mask marks each copy's tokens after its first."""
+    import torch.nn.functional as F
+
+    from hyflash.train.copytrain import CopyCurriculum, WeightedRows, own_miss_inputs, weighted_lm_loss
+    from hyflash.train.repeats import COPY6_CURRICULUM, COPY8_CURRICULUM, curriculum_rows
+
+    stream = np.random.default_rng(0).integers(1, VOCAB, size=50_000).astype(np.uint16)
+    rows, w, copies = curriculum_rows(stream, VOCAB, 0, COPY8_CURRICULUM, 0, np.random.default_rng(4), 6, 257)
+    six = curriculum_batch(stream, VOCAB, 0, COPY6_CURRICULUM, 0, np.random.default_rng(4), 6, 257)
+    assert (rows == six[0]).all() and (w == six[1]).all() and copies.any()
+    assert (w[copies] == 8.0).all() and not copies[:, 0].any()
+    for row, c in zip(rows, copies):  # a copied token repeats an earlier one
+        for j in np.flatnonzero(c)[:20]:
+            assert row[j] in row[:j]
+    model, _ = tiny_target()
+    tokens, mask = torch.from_numpy(rows), torch.from_numpy(copies)
+    inputs = own_miss_inputs(model, tokens, mask)
+    guess = model(tokens[:, :-1])[0].argmax(-1)
+    changed = inputs != tokens
+    assert changed.any() and (changed <= mask).all()  # only copied tokens, and some of them
+    assert (inputs[:, 1:][changed[:, 1:]] == guess[changed[:, 1:]]).all()
+    assert (guess[mask[:, 1:] & ~changed[:, 1:]] == tokens[:, 1:][mask[:, 1:] & ~changed[:, 1:]]).all()
+    batch = WeightedRows(rows, w, copies)
+    ce = F.cross_entropy(model(inputs[:, :-1])[0].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    wt = torch.from_numpy(w[:, 1:]).flatten()
+    assert torch.allclose(weighted_lm_loss(model, batch, own_misses=True), (ce * wt).sum() / wt.sum())
+    assert not torch.allclose(weighted_lm_loss(model, batch, own_misses=True), weighted_lm_loss(model, batch))
+    assert batch[1:3].copies.shape == (2, 257)
+    # the curriculum object draws these rows and this loss for a copy8 run, and copy6's for a copy6 run
+    for name, own in (("copy8", True), ("copy6", False)):
+        cur = CopyCurriculum(stream, None, VOCAB, 0, 256, Path("/nonexistent"), name)
+        drawn = cur.batch_fn(np.random.default_rng(4), 6)
+        assert (drawn.tokens == rows).all() and (drawn.copies == copies).all()
+        assert torch.equal(cur.loss_fn(model, drawn)[0], weighted_lm_loss(model, batch, own_misses=own))

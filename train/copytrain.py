@@ -5,7 +5,8 @@ number; this object counts steps itself, starting from the run's checkpoint (so 
 draws the stage it would have drawn). Every `probe_every` steps the loss function first measures
 the model (copy rate at two filler lengths, plain held-out loss on a few windows, random-token
 induction accuracy): the figures go into that step's log entry (`probe_after` = updates done) and
-one line on stdout.
+one line on stdout. A stage with `own_misses` runs the model twice a step: once without gradients
+to find the copied tokens it misses, once on the rows with those misses in the inputs.
 """
 
 from __future__ import annotations
@@ -22,23 +23,39 @@ from hyflash.train.copyprobe import copy_rates, induction_accuracy
 from hyflash.train.data import sample_windows
 from hyflash.train.evaluate import loss_by_position
 from hyflash.train.loop import model_device
-from hyflash.train.repeats import CURRICULA, Stage, curriculum_batch, stage_at
+from hyflash.train.repeats import CURRICULA, Stage, curriculum_rows, stage_at
 
 
 @dataclasses.dataclass(frozen=True)
 class WeightedRows:
     tokens: np.ndarray  # (n, T+1) int64
     weights: np.ndarray  # (n, T+1) float32: weights[:, j] weighs the prediction of tokens[:, j]
+    copies: np.ndarray | None = None  # (n, T+1) bool: the tokens a repeated copy predicts
 
     def __getitem__(self, rows: slice) -> "WeightedRows":  # train() slices a batch by rank
-        return WeightedRows(self.tokens[rows], self.weights[rows])
+        return WeightedRows(self.tokens[rows], self.weights[rows],
+                            None if self.copies is None else self.copies[rows])
 
 
-def weighted_lm_loss(model, batch: WeightedRows) -> torch.Tensor:
-    """Next-token cross-entropy weighted per token (all weights 1: `lm_loss`)."""
+@torch.no_grad()
+def own_miss_inputs(model, tokens: torch.Tensor, copies: torch.Tensor) -> torch.Tensor:
+    """tokens (n, T+1) with every copied token the model misses teacher-forced replaced by its own guess:
+    the inputs a greedy copy sees after a miss. The labels stay `tokens`."""
+    logits, _ = getattr(model, "module", model)(tokens[:, :-1])
+    guess = logits.argmax(-1)  # guess[:, j] is the model's choice for tokens[:, j + 1]
+    miss = copies[:, 1:] & (guess != tokens[:, 1:])
+    return torch.cat([tokens[:, :1], torch.where(miss, guess, tokens[:, 1:])], dim=1)
+
+
+def weighted_lm_loss(model, batch: WeightedRows, own_misses: bool = False) -> torch.Tensor:
+    """Next-token cross-entropy weighted per token (all weights 1: `lm_loss`); with `own_misses`, on
+    inputs that carry the model's misses of the copies (`own_miss_inputs`)."""
     device = model_device(model)
     tokens, w = torch.from_numpy(batch.tokens).to(device), torch.from_numpy(batch.weights[:, 1:]).to(device)
-    logits, _ = model(tokens[:, :-1])
+    inputs = tokens
+    if own_misses and batch.copies is not None:
+        inputs = own_miss_inputs(model, tokens, torch.from_numpy(batch.copies).to(device))
+    logits, _ = model(inputs[:, :-1])
     ce = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     return (ce * w.flatten()).sum() / w.sum().clamp(min=1e-6)
 
@@ -63,15 +80,16 @@ class CopyCurriculum:
         if self.schedule is None:
             rows = sample_windows(self.stream, n, self.length, rng)
             return WeightedRows(rows, np.ones(rows.shape, np.float32))
-        return WeightedRows(*curriculum_batch(self.stream, self.vocab, self.eos, self.schedule, self.step, rng, n,
-                                              self.length))
+        return WeightedRows(*curriculum_rows(self.stream, self.vocab, self.eos, self.schedule, self.step, rng, n,
+                                             self.length))
 
     def loss_fn(self, model, batch: "WeightedRows"):
         extra = {}
         if self.probe_every and self.step > 0 and self.step % self.probe_every == 0:
             extra = self.probe(model)
+        own_misses = self.schedule is not None and stage_at(self.schedule, self.step).own_misses
         self.step += 1
-        return weighted_lm_loss(model, batch), extra
+        return weighted_lm_loss(model, batch, own_misses), extra
 
     @torch.no_grad()
     def probe(self, model) -> dict[str, float]:

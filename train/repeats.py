@@ -11,6 +11,9 @@ Three kinds of row, each `length` tokens (the loss stays plain next-token LM los
 A stage may also edit its copies (`edits`): runs of 1-3 tokens inside a copy replaced by tokens from
 elsewhere in the row, out of the loss, the copied tokens after them in it. A greedy copy that
 misses one token drifts into the model's own text; edited copies teach it to pick the copy up again.
+Or its own misses (`own_misses`, applied by the loss in train/copytrain.py, which has the model): each
+copied token the model gets wrong teacher-forced is replaced in the inputs by its guess, the labels
+stay the copy's.
 
 A `Repeat(src, length, dst)` says row[dst:dst+length] == row[src:src+length], with
 gap = dst - (src + length).
@@ -107,6 +110,7 @@ class Stage:
     random_weight: float = 1.0  # loss weight of a random row's other tokens (unpredictable by construction)
     symbols: tuple[int, int] | None = None  # random rows drawn from this many ids (a range; None: all)
     edits: float = 0.0  # per copied token, the chance that an edit (1-3 substituted tokens) begins there
+    own_misses: bool = False  # the copies' inputs carry the model's own misses (train/copytrain.py)
 
 
 # Short gaps first, random-token induction early; then long natural repeats and more plain text.
@@ -189,10 +193,16 @@ COPY6_CURRICULUM = (
 # 92-96% of a distant copy's tokens teacher-forced, but its greedy copies of held-out code stopped at the
 # first miss (after it, 0-4% of the tokens matched): it drifts into its own text and never comes back.
 COPY7_CURRICULUM = (dataclasses.replace(COPY6_CURRICULUM[0], edits=1 / 30),)
+# copy8: copy6 with the model's own misses in the copies' inputs. copy7's random substitutes did not
+# carry over (125 steps: after a greedy miss still 5-9% of the copy's tokens matched): a substitute from
+# elsewhere reads as noise, while a greedy miss is a token the model finds likely, and its own text then
+# pulls it on. Here the miss is the model's own guess, and the next label is the copy's.
+COPY8_CURRICULUM = (dataclasses.replace(COPY6_CURRICULUM[0], own_misses=True),)
 CURRICULA = {"copy": COPY_CURRICULUM, "copy2": COPY2_CURRICULUM, "offset": OFFSET_CURRICULUM,
              "induction": INDUCTION_CURRICULUM, "copy3": COPY3_CURRICULUM, "ngram": NGRAM_CURRICULUM,
              "copy4": COPY4_CURRICULUM, "copy5": COPY5_CURRICULUM,
-             "copy6": COPY6_CURRICULUM, "copy7": COPY7_CURRICULUM}
+             "copy6": COPY6_CURRICULUM, "copy7": COPY7_CURRICULUM,
+             "copy8": COPY8_CURRICULUM}
 
 
 def stage_at(schedule: tuple[Stage, ...], step: int) -> Stage:
@@ -212,11 +222,18 @@ def curriculum_batch(stream: np.ndarray, vocab: int, eos: int, schedule: tuple[S
                      rng: np.random.Generator, n: int, length: int) -> tuple[np.ndarray, np.ndarray]:
     """(n, length) int64 rows, each row's kind drawn with the stage's shares, and (n, length) float32
     loss weights of the tokens (the weight of predicting token j sits at [:, j])."""
+    return curriculum_rows(stream, vocab, eos, schedule, step, rng, n, length)[:2]
+
+
+def curriculum_rows(stream: np.ndarray, vocab: int, eos: int, schedule: tuple[Stage, ...], step: int,
+                    rng: np.random.Generator, n: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`curriculum_batch`'s rows and weights, and (n, length) bool: the tokens a copy predicts (a copy's
+    tokens after its first, edits out)."""
     stage = scaled(stage_at(schedule, step), length)
     kinds = rng.choice(3, size=n, p=np.asarray(stage.shares) / sum(stage.shares))
-    rows, weights = [], []
+    rows, weights, copies = [], [], []
     for kind in kinds:
-        w = np.ones(length, np.float32)
+        w, c = np.ones(length, np.float32), np.zeros(length, bool)
         if kind == 0:
             symbols = int(rng.integers(stage.symbols[0], stage.symbols[1] + 1)) if stage.symbols else None
             row, repeats = random_repeat_row(rng, length, vocab, eos, stage.random_seg, stage.random_gap, symbols)
@@ -229,7 +246,10 @@ def curriculum_batch(stream: np.ndarray, vocab: int, eos: int, schedule: tuple[S
             row, repeats = stream[start:start + length].astype(np.int64), []
         for r in repeats:  # the copy's first token is not predictable from what precedes it
             w[r.dst + 1:r.dst + r.length] = stage.copy_weight
-            edit_copy(row, w, r, stage.edits, rng)
+            c[r.dst + 1:r.dst + r.length] = True
+            for start, k in edit_copy(row, w, r, stage.edits, rng):
+                c[start:start + k] = False
         rows.append(row)
         weights.append(w)
-    return np.stack(rows), np.stack(weights)
+        copies.append(c)
+    return np.stack(rows), np.stack(weights), np.stack(copies)
