@@ -536,11 +536,13 @@ def cmd_eval_target(args) -> int:
     stream = token_stream(args.corpus, args.tokenizer, "heldout")
     report = loss_by_position(target, stream, args.seq_len, args.windows)
     if fillers:
-        from hyflash.train.copyprobe import copy_accuracy, copy_breakdowns
+        from hyflash.train.copyprobe import copy_accuracy, copy_breakdowns, recovery_accuracy
 
         report["copy_breakdown"] = copy_breakdowns(target, stream, fillers, args.copy_probes)
         report["copy_rate"] = {name: b["rate"] for name, b in report["copy_breakdown"].items()}
         report["copy_accuracy_teacher_forced"] = {f"copy_{f}": copy_accuracy(target, stream, f, args.copy_probes)
+                                                  for f in fillers}
+        report["copy_recovery_teacher_forced"] = {f"copy_{f}": recovery_accuracy(target, stream, f, args.copy_probes)
                                                   for f in fillers}
     if args.plot:
         plot_loss_by_position(report, args.plot, {"drafter window 128": 128, "drafter training 512": 512})

@@ -88,3 +88,17 @@ evaluate copy6 target_v3_copy6_600.json 1
 # checkpoints/target-v3h-copy6: H' at 600 steps (bf16), the second-generation target (scripts/reference_v2.sh)
 [ -f checkpoints/target-v3h-copy6/config.json ] || { mkdir -p checkpoints/target-v3h-copy6 && \
   cp runs/target-v3-copy6/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3h-copy6/; }
+
+# Session 17: greedy copies break at their first miss (results/target_v3_copy6_breakdown.json: after it, 4-13% of
+# the copy's tokens match). Both stages start from the committed second-generation weights, 2 threads.
+#   I copy7      copy6 with random substitutes in the copies (out of the loss), stopped at 150 of 600 steps: the
+#                tokens after a greedy miss still did not match (results/target_v3_copy7_150.json).
+[ -f results/target_v3_copy7_150.json ] || { OMP_NUM_THREADS=2 $H train-target --init-from checkpoints/target-v3h-copy6 \
+  --curriculum copy7 --probe-every 50 --out runs/target-v3-copy7 --steps 600 --stop-after 150 --batch 4 --seq-len 2048 \
+  --lr 5e-4 --warmup 10 --checkpoint-every 25 --threads 2 && \
+  $PY scripts/ckpt_to_target.py runs/target-v3-copy7/checkpoint runs/target-v3-copy7-150 && \
+  OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy7-150 --windows 8 --copy-fillers 256,768,1536 \
+    --copy-probes 16 --json > results/target_v3_copy7_150.json; }
+#   J copy8      copy6 with the model's own misses in the copies' inputs (labels the copy's), 600 steps.
+LR=5e-4 stage copy8 checkpoints/target-v3h-copy6 copy8 600 600 4 2048 2 50 10
+evaluate copy8 target_v3_copy8.json 2

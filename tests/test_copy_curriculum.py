@@ -290,9 +290,9 @@ def test_own_misses_enter_the_copies_inputs_and_the_labels_stay_the_copy():
     from hyflash.train.repeats import COPY6_CURRICULUM, COPY8_CURRICULUM, curriculum_rows
 
     stream = np.random.default_rng(0).integers(1, VOCAB, size=50_000).astype(np.uint16)
-    rows, w, copies = curriculum_rows(stream, VOCAB, 0, COPY8_CURRICULUM, 0, np.random.default_rng(4), 6, 257)
+    rows, w, copies, forced = curriculum_rows(stream, VOCAB, 0, COPY8_CURRICULUM, 0, np.random.default_rng(4), 6, 257)
     six = curriculum_batch(stream, VOCAB, 0, COPY6_CURRICULUM, 0, np.random.default_rng(4), 6, 257)
-    assert (rows == six[0]).all() and (w == six[1]).all() and copies.any()
+    assert (rows == six[0]).all() and (w == six[1]).all() and copies.any() and forced is None
     assert (w[copies] == 8.0).all() and not copies[:, 0].any()
     for row, c in zip(rows, copies):  # a copied token repeats an earlier one
         for j in np.flatnonzero(c)[:20]:
@@ -317,3 +317,56 @@ def test_own_misses_enter_the_copies_inputs_and_the_labels_stay_the_copy():
         drawn = cur.batch_fn(np.random.default_rng(4), 6)
         assert (drawn.tokens == rows).all() and (drawn.copies == copies).all()
         assert torch.equal(cur.loss_fn(model, drawn)[0], weighted_lm_loss(model, batch, own_misses=own))
+
+
+def test_recovery_accuracy_is_the_copy_after_one_own_miss():
+    """recovery_accuracy, recomputed one row at a time: the second copy's tokens the target misses teacher-forced
+    become its guesses in the input; at each position right after a miss whose next token it got right, does
+    it still predict that token? Batching changes nothing."""
+    from hyflash.train.copyprobe import recovery_accuracy
+
+    stream = np.random.default_rng(1).integers(1, VOCAB, size=20_000).astype(np.uint16)
+    model, _ = tiny_target()
+    prompts, _ = probe_prompts(stream, 40, 3)
+    hits = total = 0
+    for p in prompts:
+        row = np.concatenate([p[:PASSAGE + 40], p[:PASSAGE]])
+        start = PASSAGE + 40
+        guess = model(torch.from_numpy(row[None, :-1]))[0][0].argmax(-1).numpy()
+        inputs = row.copy()
+        for j in range(start + 1, len(row)):
+            if guess[j - 1] != row[j]:
+                inputs[j] = guess[j - 1]
+        again = model(torch.from_numpy(inputs[None, :-1]))[0][0].argmax(-1).numpy()
+        for j in range(start + 1, len(row) - 1):
+            if inputs[j] != row[j] and inputs[j + 1] == row[j + 1]:
+                total += 1
+                hits += int(again[j] == row[j + 1])
+    assert total > 0
+    assert recovery_accuracy(model, stream, 40, n=3, batch=2) == recovery_accuracy(model, stream, 40, n=3, batch=1) == hits / total
+
+
+def test_forced_misses_put_the_models_best_wrong_guess_in_the_copy():
+    """copy9: copy8, and a drawn 12% of the copied tokens replaced by the model's best guess other than the
+    token itself (its own misses still replaced by its guess); nothing outside the copies changes."""
+    from hyflash.train.copytrain import WeightedRows, own_miss_inputs, weighted_lm_loss
+    from hyflash.train.repeats import COPY9_CURRICULUM, curriculum_rows
+
+    stream = np.random.default_rng(0).integers(1, VOCAB, size=50_000).astype(np.uint16)
+    rows, w, copies, forced = curriculum_rows(stream, VOCAB, 0, COPY9_CURRICULUM, 0, np.random.default_rng(5), 8, 257)
+    assert (forced <= copies).all() and 0.08 < forced.sum() / copies.sum() < 0.16
+    model, _ = tiny_target()
+    tokens = torch.from_numpy(rows)
+    logits = model(tokens[:, :-1])[0]
+    inputs = own_miss_inputs(model, tokens, torch.from_numpy(copies), torch.from_numpy(forced))
+    f = torch.from_numpy(forced)[:, 1:]
+    second = logits.topk(2, -1).indices
+    best_wrong = torch.where(second[..., 0] == tokens[:, 1:], second[..., 1], second[..., 0])
+    assert (inputs[:, 1:][f] == best_wrong[f]).all() and (inputs[:, 1:][f] != tokens[:, 1:][f]).all()
+    own = torch.from_numpy(copies)[:, 1:] & ~f & (logits.argmax(-1) != tokens[:, 1:])
+    assert (inputs[:, 1:][own] == logits.argmax(-1)[own]).all()
+    rest = ~(f | own)
+    assert (inputs[:, 1:][rest] == tokens[:, 1:][rest]).all() and inputs[:, 0].equal(tokens[:, 0])
+    batch = WeightedRows(rows, w, copies, forced)
+    assert batch[2:4].forced.shape == (2, 257)
+    assert not torch.allclose(weighted_lm_loss(model, batch, True), weighted_lm_loss(model, WeightedRows(rows, w, copies), True))

@@ -92,6 +92,22 @@ def short_gap_copy_rates(model: Target, stream: np.ndarray, n: int = 8, seed: in
 
 
 @torch.no_grad()
+def own_miss_inputs(model, tokens: torch.Tensor, copies: torch.Tensor, forced: torch.Tensor | None = None
+                    ) -> torch.Tensor:
+    """tokens (n, T+1) with every copied token the model misses teacher-forced replaced by its own guess:
+    the inputs a greedy copy sees after a miss. The labels stay `tokens`. `forced` (bool, like `copies`):
+    copied tokens replaced by its best guess other than the token itself, missed or not."""
+    logits, _ = getattr(model, "module", model)(tokens[:, :-1])
+    guess = logits.argmax(-1)  # guess[:, j] is the model's choice for tokens[:, j + 1]
+    miss = copies[:, 1:] & (guess != tokens[:, 1:])
+    if forced is not None:
+        wrong = logits.scatter(-1, tokens[:, 1:, None], float("-inf")).argmax(-1)
+        guess = torch.where(miss, guess, wrong)
+        miss = miss | (copies & forced)[:, 1:]
+    return torch.cat([tokens[:, :1], torch.where(miss, guess, tokens[:, 1:])], dim=1)
+
+
+@torch.no_grad()
 def copy_accuracy(model: Target, stream: np.ndarray, filler: int, n: int = 16, seed: int = 0, batch: int = 8,
                   eos: int | None = 0) -> float:
     """The probe's passages teacher-forced: passage, filler, the whole passage again; the share of the
@@ -104,6 +120,28 @@ def copy_accuracy(model: Target, stream: np.ndarray, filler: int, n: int = 16, s
         logits, _ = model(rows[i:i + batch, :-1])
         hits += int((logits[:, start:].argmax(-1) == rows[i:i + batch, start + 1:]).sum())
     return hits / (n * (PASSAGE - 1))
+
+
+@torch.no_grad()
+def recovery_accuracy(model: Target, stream: np.ndarray, filler: int, n: int = 16, seed: int = 0, batch: int = 8,
+                      eos: int | None = 0) -> float | None:
+    """`copy_accuracy`'s rows with the target's own misses of the second copy in the inputs
+    (`own_miss_inputs`): of the copy's tokens that it predicts teacher-forced and that follow a miss, the
+    share it still predicts with the miss in its input (can a greedy copy pick itself up after one miss?
+    1.0: every time). None if no such token."""
+    prompts, _ = probe_prompts(stream, filler, n, seed, eos)
+    rows = torch.from_numpy(np.concatenate([prompts[:, :PASSAGE + filler], prompts[:, :PASSAGE]], axis=1))
+    copies = torch.zeros(rows.shape, dtype=torch.bool)
+    copies[:, PASSAGE + filler + 1:] = True
+    hits = total = 0
+    for i in range(0, n, batch):
+        tokens = rows[i:i + batch]
+        inputs = own_miss_inputs(model, tokens, copies[i:i + batch])
+        after = (inputs != tokens)[:, 1:-1] & (inputs == tokens)[:, 2:]  # a miss, then the copy's token
+        logits, _ = model(inputs[:, :-1])
+        hits += int(((logits[:, 1:].argmax(-1) == tokens[:, 2:]) & after).sum())
+        total += int(after.sum())
+    return hits / total if total else None
 
 
 @torch.no_grad()

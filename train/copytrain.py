@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hyflash.train.copyprobe import copy_rates, induction_accuracy
+from hyflash.train.copyprobe import copy_rates, induction_accuracy, own_miss_inputs
 from hyflash.train.data import sample_windows
 from hyflash.train.evaluate import loss_by_position
 from hyflash.train.loop import model_device
@@ -31,20 +31,11 @@ class WeightedRows:
     tokens: np.ndarray  # (n, T+1) int64
     weights: np.ndarray  # (n, T+1) float32: weights[:, j] weighs the prediction of tokens[:, j]
     copies: np.ndarray | None = None  # (n, T+1) bool: the tokens a repeated copy predicts
+    forced: np.ndarray | None = None  # (n, T+1) bool: copied tokens to replace by a wrong guess
 
     def __getitem__(self, rows: slice) -> "WeightedRows":  # train() slices a batch by rank
-        return WeightedRows(self.tokens[rows], self.weights[rows],
-                            None if self.copies is None else self.copies[rows])
-
-
-@torch.no_grad()
-def own_miss_inputs(model, tokens: torch.Tensor, copies: torch.Tensor) -> torch.Tensor:
-    """tokens (n, T+1) with every copied token the model misses teacher-forced replaced by its own guess:
-    the inputs a greedy copy sees after a miss. The labels stay `tokens`."""
-    logits, _ = getattr(model, "module", model)(tokens[:, :-1])
-    guess = logits.argmax(-1)  # guess[:, j] is the model's choice for tokens[:, j + 1]
-    miss = copies[:, 1:] & (guess != tokens[:, 1:])
-    return torch.cat([tokens[:, :1], torch.where(miss, guess, tokens[:, 1:])], dim=1)
+        return WeightedRows(*(None if a is None else a[rows]
+                              for a in (self.tokens, self.weights, self.copies, self.forced)))
 
 
 def weighted_lm_loss(model, batch: WeightedRows, own_misses: bool = False) -> torch.Tensor:
@@ -54,7 +45,8 @@ def weighted_lm_loss(model, batch: WeightedRows, own_misses: bool = False) -> to
     tokens, w = torch.from_numpy(batch.tokens).to(device), torch.from_numpy(batch.weights[:, 1:]).to(device)
     inputs = tokens
     if own_misses and batch.copies is not None:
-        inputs = own_miss_inputs(model, tokens, torch.from_numpy(batch.copies).to(device))
+        forced = None if batch.forced is None else torch.from_numpy(batch.forced).to(device)
+        inputs = own_miss_inputs(model, tokens, torch.from_numpy(batch.copies).to(device), forced)
     logits, _ = model(inputs[:, :-1])
     ce = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     return (ce * w.flatten()).sum() / w.sum().clamp(min=1e-6)
