@@ -90,7 +90,7 @@ evaluate copy6 target_v3_copy6_600.json 1
   cp runs/target-v3-copy6/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3h-copy6/; }
 
 # Session 17: greedy copies break at their first miss (results/target_v3_copy6_breakdown.json: after it, 4-13% of
-# the copy's tokens match). Both stages start from the committed second-generation weights, 2 threads.
+# the copy's tokens match). Each stage below starts from the committed second-generation weights, 2 threads.
 #   I copy7      copy6 with random substitutes in the copies (out of the loss), stopped at 150 of 600 steps: the
 #                tokens after a greedy miss still did not match (results/target_v3_copy7_150.json).
 [ -f results/target_v3_copy7_150.json ] || { OMP_NUM_THREADS=2 $H train-target --init-from checkpoints/target-v3h-copy6 \
@@ -99,6 +99,14 @@ evaluate copy6 target_v3_copy6_600.json 1
   $PY scripts/ckpt_to_target.py runs/target-v3-copy7/checkpoint runs/target-v3-copy7-150 && \
   OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy7-150 --windows 8 --copy-fillers 256,768,1536 \
     --copy-probes 16 --json > results/target_v3_copy7_150.json; }
-#   J copy8      copy6 with the model's own misses in the copies' inputs (labels the copy's), 600 steps.
-LR=5e-4 stage copy8 checkpoints/target-v3h-copy6 copy8 600 600 4 2048 2 50 10
-evaluate copy8 target_v3_copy8.json 2
+#   J copy8      copy6 with the model's own misses in the copies' inputs (labels the copy's), stopped at 200 of 600
+#                steps: recovery after a miss unchanged (results/target_v3_copy8_200.json).
+[ -f results/target_v3_copy8_200.json ] || { OMP_NUM_THREADS=2 $H train-target --init-from checkpoints/target-v3h-copy6 \
+  --curriculum copy8 --probe-every 50 --out runs/target-v3-copy8 --steps 600 --stop-after 200 --batch 4 --seq-len 2048 \
+  --lr 5e-4 --warmup 10 --checkpoint-every 25 --threads 2 && \
+  $PY scripts/ckpt_to_target.py runs/target-v3-copy8/checkpoint runs/target-v3-copy8-200 && \
+  OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy8-200 --windows 8 --copy-fillers 256,768,1536 \
+    --copy-probes 16 --json > results/target_v3_copy8_200.json; }
+#   K copy9      copy8 with a further 12% of the copied tokens given the model's best wrong guess, 400 steps.
+LR=5e-4 stage copy9 checkpoints/target-v3h-copy6 copy9 400 400 4 2048 2 50 10
+evaluate copy9 target_v3_copy9.json 2

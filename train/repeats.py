@@ -200,8 +200,8 @@ COPY7_CURRICULUM = (dataclasses.replace(COPY6_CURRICULUM[0], edits=1 / 30),)
 # elsewhere reads as noise, while a greedy miss is a token the model finds likely, and its own text then
 # pulls it on. Here the miss is the model's own guess, and the next label is the copy's.
 COPY8_CURRICULUM = (dataclasses.replace(COPY6_CURRICULUM[0], own_misses=True),)
-# copy9: copy8 with more misses. After 175 steps of copy8 the target still predicted only ~20% of the copied
-# tokens that follow one of its misses (results/target_v3_copy8_175.json; copy6: 18-21%): its own misses are
+# copy9: copy8 with more misses. After 200 steps of copy8 the target still predicted only 18-21% of the copied
+# tokens that follow one of its misses (results/target_v3_copy8_200.json; copy6 the same): its own misses are
 # 4-9% of a copy's tokens, 2-3% of the loss. Here a further 12% of the copied tokens carry its best wrong guess.
 COPY9_CURRICULUM = (dataclasses.replace(COPY8_CURRICULUM[0], forced_misses=0.12),)
 CURRICULA = {"copy": COPY_CURRICULUM, "copy2": COPY2_CURRICULUM, "offset": OFFSET_CURRICULUM,
