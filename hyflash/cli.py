@@ -557,6 +557,9 @@ def cmd_eval_target(args) -> int:
             after = "-" if b["after_miss"] is None else f"{b['after_miss']:.1%}"
             print(f"  distant-repeat copy rate, filler {name[5:]}: {b['rate']:.1%} (unbroken for "
                   f"{b['unbroken']:.1f} tokens; after the first miss {after} match)")
+            forced, recovery = report["copy_accuracy_teacher_forced"][name], report["copy_recovery_teacher_forced"][name]
+            print(f"    teacher-forced: {forced:.1%} of the copy's tokens; after one own miss "
+                  + ("-" if recovery is None else f"{recovery:.1%}"))
     return 0
 
 

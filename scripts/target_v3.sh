@@ -37,10 +37,11 @@ stage() {  # name init curriculum steps stop_after batch seq_len threads probe_e
     --steps "$4" --stop-after "$5" --batch "$6" --seq-len "$7" --lr "${LR:-1e-3}" --warmup "${10}" \
     --checkpoint-every 25 --threads "$8"
 }
-evaluate() {  # stage-name result.json threads: the measurement of results/target_v2_before.json
+evaluate() {  # stage-name result.json threads [target folder]: the measurement of results/target_v2_before.json
   [ -f "results/$2" ] && return
-  OMP_NUM_THREADS=$3 $H eval-target --target "runs/target-v3-$1/model" --windows 119 \
-    --copy-fillers 256,768,1536 --copy-probes 16 --json > "results/$2"
+  OMP_NUM_THREADS=$3 $H eval-target --target "${4:-runs/target-v3-$1/model}" --windows 119 \
+    --copy-fillers 256,768,1536 --copy-probes 16 --json > "results/$2.part"
+  mv "results/$2.part" "results/$2"
 }
 stage offset runs/target-v2-1000 offset 300 125 16 256 1 50 10
 stage induction runs/target-v3-offset/model induction 400 200 16 256 1 25 10
@@ -90,7 +91,9 @@ evaluate copy6 target_v3_copy6_600.json 1
   cp runs/target-v3-copy6/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3h-copy6/; }
 
 # Session 17: greedy copies break at their first miss (results/target_v3_copy6_breakdown.json: after it, 4-13% of
-# the copy's tokens match). Each stage below starts from the committed second-generation weights, 2 threads.
+# the copy's tokens match). Each stage below starts from the committed second-generation weights, 2 threads; the
+# stopped ones were measured on 8 loss windows, not 119 (their held-out loss is not comparable; the probes are).
+evaluate copy6 target_v3_copy6_breakdown.json 2 checkpoints/target-v3h-copy6
 #   I copy7      copy6 with random substitutes in the copies (out of the loss), stopped at 150 of 600 steps: the
 #                tokens after a greedy miss still did not match (results/target_v3_copy7_150.json).
 [ -f results/target_v3_copy7_150.json ] || { OMP_NUM_THREADS=2 $H train-target --init-from checkpoints/target-v3h-copy6 \
@@ -98,7 +101,8 @@ evaluate copy6 target_v3_copy6_600.json 1
   --lr 5e-4 --warmup 10 --checkpoint-every 25 --threads 2 && \
   $PY scripts/ckpt_to_target.py runs/target-v3-copy7/checkpoint runs/target-v3-copy7-150 && \
   OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy7-150 --windows 8 --copy-fillers 256,768,1536 \
-    --copy-probes 16 --json > results/target_v3_copy7_150.json; }
+    --copy-probes 16 --json > results/target_v3_copy7_150.json.part && \
+  mv results/target_v3_copy7_150.json.part results/target_v3_copy7_150.json; }
 #   J copy8      copy6 with the model's own misses in the copies' inputs (labels the copy's), stopped at 200 of 600
 #                steps: recovery after a miss unchanged (results/target_v3_copy8_200.json).
 [ -f results/target_v3_copy8_200.json ] || { OMP_NUM_THREADS=2 $H train-target --init-from checkpoints/target-v3h-copy6 \
@@ -106,7 +110,8 @@ evaluate copy6 target_v3_copy6_600.json 1
   --lr 5e-4 --warmup 10 --checkpoint-every 25 --threads 2 && \
   $PY scripts/ckpt_to_target.py runs/target-v3-copy8/checkpoint runs/target-v3-copy8-200 && \
   OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy8-200 --windows 8 --copy-fillers 256,768,1536 \
-    --copy-probes 16 --json > results/target_v3_copy8_200.json; }
+    --copy-probes 16 --json > results/target_v3_copy8_200.json.part && \
+  mv results/target_v3_copy8_200.json.part results/target_v3_copy8_200.json; }
 #   K copy9      copy8 with a further 12% of the copied tokens given the model's best wrong guess, 400 steps.
 LR=5e-4 stage copy9 checkpoints/target-v3h-copy6 copy9 400 400 4 2048 2 50 10
 evaluate copy9 target_v3_copy9.json 2

@@ -3,10 +3,12 @@
 One probe: a held-out passage of 256 tokens, then F tokens of other held-out code (the filler),
 then the passage's first 24 tokens again; the target continues greedily for 64 tokens, compared
 token by token with the passage's tokens 24..87. The copy rate is the share that match, over
-all probes. Where a copy breaks shows in `copy_breakdown`: the unbroken prefix (tokens before the
-first miss) and the share of the tokens after the first miss that match (a target that picks the
-copy up again after a miss scores near its per-token accuracy). Probes are drawn from a seeded generator; the passages are the same at every filler
-length (only the filler changes), so filler lengths compare paired.
+all probes. Where a copy breaks shows in `breakdown`: the unbroken prefix (tokens before the
+first miss) and the share of the tokens after the first miss that match at the same offset, as
+the copy rate counts them (a target that picks the copy up again after a one-token miss scores near
+its per-token accuracy there; one that resumes it shifted by an inserted or dropped token does
+not). Probes are drawn from a seeded generator; the passages are the same at every filler length
+(only the filler changes), so filler lengths compare paired.
 
 Greedy decoding here is batched (`hyflash.models.batched.decode_batch`).
 """
@@ -95,7 +97,8 @@ def short_gap_copy_rates(model: Target, stream: np.ndarray, n: int = 8, seed: in
 def own_miss_inputs(model, tokens: torch.Tensor, copies: torch.Tensor, forced: torch.Tensor | None = None
                     ) -> torch.Tensor:
     """tokens (n, T+1) with every copied token the model misses teacher-forced replaced by its own guess:
-    the inputs a greedy copy sees after a miss. The labels stay `tokens`. `forced` (bool, like `copies`):
+    the inputs a greedy copy sees right after a first miss (the misses come from one clean pass, so
+    the further misses a greedy run makes after its first are not there). The labels stay `tokens`. `forced` (bool, like `copies`):
     copied tokens replaced by its best guess other than the token itself, missed or not."""
     logits, _ = getattr(model, "module", model)(tokens[:, :-1])
     guess = logits.argmax(-1)  # guess[:, j] is the model's choice for tokens[:, j + 1]

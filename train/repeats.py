@@ -193,10 +193,10 @@ COPY6_CURRICULUM = (
 )
 # copy7: copy6 with edited copies (about one edit in 30 copied tokens). After copy6 the target predicted
 # 92-96% of a distant copy's tokens teacher-forced, but its greedy copies of held-out code stopped at the
-# first miss (after it, 0-4% of the tokens matched): it drifts into its own text and never comes back.
+# first miss (after it, 4-13% of the tokens matched): it drifts into its own text and rarely comes back.
 COPY7_CURRICULUM = (dataclasses.replace(COPY6_CURRICULUM[0], edits=1 / 30),)
 # copy8: copy6 with the model's own misses in the copies' inputs. copy7's random substitutes did not
-# carry over (125 steps: after a greedy miss still 5-9% of the copy's tokens matched): a substitute from
+# carry over (150 steps: after a greedy miss still 8-15% of the copy's tokens matched): a substitute from
 # elsewhere reads as noise, while a greedy miss is a token the model finds likely, and its own text then
 # pulls it on. Here the miss is the model's own guess, and the next label is the copy's.
 COPY8_CURRICULUM = (dataclasses.replace(COPY6_CURRICULUM[0], own_misses=True),)
@@ -232,9 +232,11 @@ def curriculum_batch(stream: np.ndarray, vocab: int, eos: int, schedule: tuple[S
 
 
 def curriculum_rows(stream: np.ndarray, vocab: int, eos: int, schedule: tuple[Stage, ...], step: int,
-                    rng: np.random.Generator, n: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    rng: np.random.Generator, n: int, length: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """`curriculum_batch`'s rows and weights, (n, length) bool: the tokens a copy predicts (a copy's tokens
-    after its first, edits out), and (n, length) bool: the copied tokens drawn for a forced miss."""
+    after its first, edits out), and (n, length) bool: the copied tokens drawn for a forced miss (None
+    when the stage forces none)."""
     stage = scaled(stage_at(schedule, step), length)
     kinds = rng.choice(3, size=n, p=np.asarray(stage.shares) / sum(stage.shares))
     rows, weights, copies = [], [], []
