@@ -112,6 +112,13 @@ evaluate copy6 target_v3_copy6_breakdown.json 2 checkpoints/target-v3h-copy6
   OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy8-200 --windows 8 --copy-fillers 256,768,1536 \
     --copy-probes 16 --json > results/target_v3_copy8_200.json.part && \
   mv results/target_v3_copy8_200.json.part results/target_v3_copy8_200.json; }
-#   K copy9      copy8 with a further 12% of the copied tokens given the model's best wrong guess, 400 steps.
+#   K copy9      copy8 with a further 12% of the copied tokens given the model's best wrong guess, 400 steps: recovery
+#                after an own miss 18-21% -> 23-29%, copy rate within the probe's noise, far positions' bar lost
+#                (results/target_v3_copy9.json). Not installed.
 LR=5e-4 stage copy9 checkpoints/target-v3h-copy6 copy9 400 400 4 2048 2 50 10
 evaluate copy9 target_v3_copy9.json 2
+# (tried, not kept): 150 steps of `recover` (random-token rows with edited copies) from the same weights broke the
+# copying there was (random-token induction 99% -> 5% in the run's own probes, held-out loss on 4 windows 5.4):
+#   $H train-target --init-from checkpoints/target-v3h-copy6 --curriculum recover --probe-every 50 \
+#     --out runs/target-v3-recover --steps 300 --stop-after 150 --batch 16 --seq-len 256 --lr 1e-3 --warmup 10 \
+#     --checkpoint-every 25 --threads 2

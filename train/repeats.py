@@ -204,11 +204,18 @@ COPY8_CURRICULUM = (dataclasses.replace(COPY6_CURRICULUM[0], own_misses=True),)
 # tokens that follow one of its misses (results/target_v3_copy8_200.json; copy6 the same): its own misses are
 # 4-9% of a copy's tokens, 2-3% of the loss. Here a further 12% of the copied tokens carry its best wrong guess.
 COPY9_CURRICULUM = (dataclasses.replace(COPY8_CURRICULUM[0], forced_misses=0.12),)
+# recover: induction's random-token rows with edited copies (one edit in 8 copied tokens), loss on the copies
+# only: picking a copy up again after a token that is not in it, where no language prior pulls elsewhere (as
+# `induction` formed copying itself, before code carried it). Tried from the second-generation target (150
+# steps, 16 x 256, lr 1e-3): it broke what was there (random-token induction 99% -> 5%, held-out loss on 4
+# windows 2.9 -> 5.4) and formed no recovery; not used further.
+RECOVER_CURRICULUM = (dataclasses.replace(INDUCTION_CURRICULUM[0], edits=1 / 8),)
 CURRICULA = {"copy": COPY_CURRICULUM, "copy2": COPY2_CURRICULUM, "offset": OFFSET_CURRICULUM,
              "induction": INDUCTION_CURRICULUM, "copy3": COPY3_CURRICULUM, "ngram": NGRAM_CURRICULUM,
              "copy4": COPY4_CURRICULUM, "copy5": COPY5_CURRICULUM,
              "copy6": COPY6_CURRICULUM, "copy7": COPY7_CURRICULUM,
-             "copy8": COPY8_CURRICULUM, "copy9": COPY9_CURRICULUM}
+             "copy8": COPY8_CURRICULUM, "copy9": COPY9_CURRICULUM,
+             "recover": RECOVER_CURRICULUM}
 
 
 def stage_at(schedule: tuple[Stage, ...], step: int) -> Stage:
