@@ -169,6 +169,7 @@ def test_curriculum_run_with_init_from_and_probe_resumes(tiny_corpus, tmp_path, 
     assert [e["step"] for e in log] == [1, 2, 3, 4]
     probed = [e for e in log if "copy_256" in e]
     assert [e["probe_after"] for e in probed] == [2.0] and "heldout_loss" in probed[0]
+    assert {"after_miss_256", "recovery_256", "after_miss_1536", "recovery_1536"} <= set(probed[0])
     assert '"probe"' in capsys.readouterr().out
     cfg = json.loads((run / "train_config.json").read_text())
     assert cfg["curriculum"] == "copy" and cfg["init_from"].endswith("init")

@@ -3,7 +3,8 @@
 `train` calls `batch_fn(rng, n)` then `loss_fn(model, batch)` once per step, with no step
 number; this object counts steps itself, starting from the run's checkpoint (so a resumed run
 draws the stage it would have drawn). Every `probe_every` steps the loss function first measures
-the model (copy rate at two filler lengths, plain held-out loss on a few windows, random-token
+the model (copy rate at two filler lengths, with the matches after a greedy copy's first miss and
+the teacher-forced recovery after an own miss, plain held-out loss on a few windows, random-token
 induction accuracy): the figures go into that step's log entry (`probe_after` = updates done) and
 one line on stdout. A stage with `own_misses` runs the model twice a step: once without gradients
 to find the copied tokens it misses, once on the rows with those misses in the inputs.
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hyflash.train.copyprobe import copy_rates, induction_accuracy, own_miss_inputs
+from hyflash.train.copyprobe import copy_breakdowns, induction_accuracy, own_miss_inputs, recovery_accuracy
 from hyflash.train.data import sample_windows
 from hyflash.train.evaluate import loss_by_position
 from hyflash.train.loop import model_device
@@ -86,7 +87,11 @@ class CopyCurriculum:
     @torch.no_grad()
     def probe(self, model) -> dict[str, float]:
         model = getattr(model, "module", model)
-        rates = copy_rates(model, self.heldout, self.fillers, self.probe_n, eos=self.eos)
+        rates = {}
+        for name, b in copy_breakdowns(model, self.heldout, self.fillers, self.probe_n, eos=self.eos).items():
+            rates[name], rates["after_miss" + name[4:]] = b["rate"], b["after_miss"]
+        for f in self.fillers:
+            rates[f"recovery_{f}"] = recovery_accuracy(model, self.heldout, f, self.probe_n, eos=self.eos)
         report = loss_by_position(model, self.heldout, self.length - 1, self.windows)
         buckets = {(b["from"], b["to"]): b["loss"] for b in report["loss_by_position"]}
         out = {"probe_after": float(self.step), **rates, "heldout_loss": report["loss"],
