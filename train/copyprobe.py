@@ -65,7 +65,7 @@ def copy_rate(model: Target, stream: np.ndarray, filler: int, n: int = 16, seed:
     return float(copy_hits(model, stream, filler, n, seed, batch, eos).mean())
 
 
-def breakdown(hits: np.ndarray) -> dict[str, float]:
+def breakdown(hits: np.ndarray) -> dict[str, float | None]:
     """The copy rate of (n, 64) hits, the mean unbroken prefix (tokens before a probe's first miss; 64 if
     none), and the share of matches among the tokens after each probe's first miss (None if no probe
     missed before its last token)."""
@@ -98,8 +98,9 @@ def own_miss_inputs(model, tokens: torch.Tensor, copies: torch.Tensor, forced: t
                     ) -> torch.Tensor:
     """tokens (n, T+1) with every copied token the model misses teacher-forced replaced by its own guess:
     the inputs a greedy copy sees right after a first miss (the misses come from one clean pass, so
-    the further misses a greedy run makes after its first are not there). The labels stay `tokens`. `forced` (bool, like `copies`):
-    copied tokens replaced by its best guess other than the token itself, missed or not."""
+    the further misses a greedy run makes after its first are not there). The labels stay `tokens`.
+    `forced` (bool, like `copies`): copied tokens replaced by its best guess other than the token
+    itself, missed or not."""
     logits, _ = getattr(model, "module", model)(tokens[:, :-1])
     guess = logits.argmax(-1)  # guess[:, j] is the model's choice for tokens[:, j + 1]
     miss = copies[:, 1:] & (guess != tokens[:, 1:])
