@@ -117,6 +117,9 @@ evaluate copy6 target_v3_copy6_breakdown.json 2 checkpoints/target-v3h-copy6
 #                (results/target_v3_copy9.json). Not installed.
 LR=5e-4 stage copy9 checkpoints/target-v3h-copy6 copy9 400 400 4 2048 2 50 10
 evaluate copy9 target_v3_copy9.json 2
+# checkpoints/target-v3-copy9: K's weights (bf16), kept for a longer run of copy9 (--init-from)
+[ -f checkpoints/target-v3-copy9/config.json ] || { mkdir -p checkpoints/target-v3-copy9 && \
+  cp runs/target-v3-copy9/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3-copy9/; }
 # (tried, not kept): 150 steps of `recover` (random-token rows with edited copies) from the same weights broke the
 # copying there was (random-token induction 99% -> 5% in the run's own probes, held-out loss on 4 windows 5.4):
 #   $H train-target --init-from checkpoints/target-v3h-copy6 --curriculum recover --probe-every 50 \
