@@ -125,3 +125,11 @@ evaluate copy9 target_v3_copy9.json 2
 #   $H train-target --init-from checkpoints/target-v3h-copy6 --curriculum recover --probe-every 50 \
 #     --out runs/target-v3-recover --steps 300 --stop-after 150 --batch 16 --seq-len 256 --lr 1e-3 --warmup 10 \
 #     --checkpoint-every 25 --threads 2
+#   K' copy9b    150 more steps of copy9 from K's weights (fresh schedule, lr 3e-4): recovery after an own miss
+#                19 / 24 / 28%, copy rate 26 / 37 / 47%: no further gain (results/target_v3_copy9b.json, 8 loss windows).
+[ -f results/target_v3_copy9b.json ] || { OMP_NUM_THREADS=2 $H train-target --init-from checkpoints/target-v3-copy9 \
+  --curriculum copy9 --probe-every 50 --out runs/target-v3-copy9b --steps 150 --batch 4 --seq-len 2048 --lr 3e-4 \
+  --warmup 10 --checkpoint-every 25 --threads 2 && \
+  OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy9b/model --windows 8 --copy-fillers 256,768,1536 \
+    --copy-probes 16 --json > results/target_v3_copy9b.json.part && \
+  mv results/target_v3_copy9b.json.part results/target_v3_copy9b.json; }
