@@ -37,9 +37,10 @@ stage() {  # name init curriculum steps stop_after batch seq_len threads probe_e
     --steps "$4" --stop-after "$5" --batch "$6" --seq-len "$7" --lr "${LR:-1e-3}" --warmup "${10}" \
     --checkpoint-every 25 --threads "$8"
 }
-evaluate() {  # stage-name result.json threads [target folder]: the measurement of results/target_v2_before.json
+evaluate() {  # stage-name result.json threads [target folder] (WINDOWS=..., default 119): the measurement of
+              # results/target_v2_before.json
   [ -f "results/$2" ] && return
-  OMP_NUM_THREADS=$3 $H eval-target --target "${4:-runs/target-v3-$1/model}" --windows 119 \
+  OMP_NUM_THREADS=$3 $H eval-target --target "${4:-runs/target-v3-$1/model}" --windows "${WINDOWS:-119}" \
     --copy-fillers 256,768,1536 --copy-probes 16 --json > "results/$2.part"
   mv "results/$2.part" "results/$2"
 }
@@ -96,22 +97,12 @@ evaluate copy6 target_v3_copy6_600.json 1
 evaluate copy6 target_v3_copy6_breakdown.json 2 checkpoints/target-v3h-copy6
 #   I copy7      copy6 with random substitutes in the copies (out of the loss), stopped at 150 of 600 steps: the
 #                tokens after a greedy miss still did not match (results/target_v3_copy7_150.json).
-[ -f results/target_v3_copy7_150.json ] || { OMP_NUM_THREADS=2 $H train-target --init-from checkpoints/target-v3h-copy6 \
-  --curriculum copy7 --probe-every 50 --out runs/target-v3-copy7 --steps 600 --stop-after 150 --batch 4 --seq-len 2048 \
-  --lr 5e-4 --warmup 10 --checkpoint-every 25 --threads 2 && \
-  $PY scripts/ckpt_to_target.py runs/target-v3-copy7/checkpoint runs/target-v3-copy7-150 && \
-  OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy7-150 --windows 8 --copy-fillers 256,768,1536 \
-    --copy-probes 16 --json > results/target_v3_copy7_150.json.part && \
-  mv results/target_v3_copy7_150.json.part results/target_v3_copy7_150.json; }
+LR=5e-4 stage copy7 checkpoints/target-v3h-copy6 copy7 600 150 4 2048 2 50 10
+WINDOWS=8 evaluate copy7 target_v3_copy7_150.json 2
 #   J copy8      copy6 with the model's own misses in the copies' inputs (labels the copy's), stopped at 200 of 600
 #                steps: recovery after a miss unchanged (results/target_v3_copy8_200.json).
-[ -f results/target_v3_copy8_200.json ] || { OMP_NUM_THREADS=2 $H train-target --init-from checkpoints/target-v3h-copy6 \
-  --curriculum copy8 --probe-every 50 --out runs/target-v3-copy8 --steps 600 --stop-after 200 --batch 4 --seq-len 2048 \
-  --lr 5e-4 --warmup 10 --checkpoint-every 25 --threads 2 && \
-  $PY scripts/ckpt_to_target.py runs/target-v3-copy8/checkpoint runs/target-v3-copy8-200 && \
-  OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy8-200 --windows 8 --copy-fillers 256,768,1536 \
-    --copy-probes 16 --json > results/target_v3_copy8_200.json.part && \
-  mv results/target_v3_copy8_200.json.part results/target_v3_copy8_200.json; }
+LR=5e-4 stage copy8 checkpoints/target-v3h-copy6 copy8 600 200 4 2048 2 50 10
+WINDOWS=8 evaluate copy8 target_v3_copy8_200.json 2
 #   K copy9      copy8 with a further 12% of the copied tokens given the model's best wrong guess, 400 steps: recovery
 #                after an own miss 18-21% -> 23-29%, copy rate within the probe's noise, far positions' bar lost
 #                (results/target_v3_copy9.json). Not installed.
@@ -127,9 +118,5 @@ evaluate copy9 target_v3_copy9.json 2
 #     --checkpoint-every 25 --threads 2
 #   K' copy9b    150 more steps of copy9 from K's weights (fresh schedule, lr 3e-4): recovery after an own miss
 #                19 / 24 / 28%, copy rate 26 / 37 / 47%: no further gain (results/target_v3_copy9b.json, 8 loss windows).
-[ -f results/target_v3_copy9b.json ] || { OMP_NUM_THREADS=2 $H train-target --init-from checkpoints/target-v3-copy9 \
-  --curriculum copy9 --probe-every 50 --out runs/target-v3-copy9b --steps 150 --batch 4 --seq-len 2048 --lr 3e-4 \
-  --warmup 10 --checkpoint-every 25 --threads 2 && \
-  OMP_NUM_THREADS=2 $H eval-target --target runs/target-v3-copy9b/model --windows 8 --copy-fillers 256,768,1536 \
-    --copy-probes 16 --json > results/target_v3_copy9b.json.part && \
-  mv results/target_v3_copy9b.json.part results/target_v3_copy9b.json; }
+LR=3e-4 stage copy9b checkpoints/target-v3-copy9 copy9 150 150 4 2048 2 50 10
+WINDOWS=8 evaluate copy9b target_v3_copy9b.json 2

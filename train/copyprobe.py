@@ -87,12 +87,6 @@ def copy_breakdowns(model: Target, stream: np.ndarray, fillers=(256, 768, 1536),
     return {f"copy_{f}": breakdown(copy_hits(model, stream, f, n, seed, eos=eos)) for f in fillers}
 
 
-def short_gap_copy_rates(model: Target, stream: np.ndarray, n: int = 8, seed: int = 0,
-                         eos: int | None = 0) -> dict[str, float]:
-    """The same probe with short fillers (0, 32, 128): where copying shows first in training."""
-    return copy_rates(model, stream, (0, 32, 128), n, seed, eos)
-
-
 @torch.no_grad()
 def own_miss_inputs(model, tokens: torch.Tensor, copies: torch.Tensor, forced: torch.Tensor | None = None
                     ) -> torch.Tensor:
@@ -111,14 +105,20 @@ def own_miss_inputs(model, tokens: torch.Tensor, copies: torch.Tensor, forced: t
     return torch.cat([tokens[:, :1], torch.where(miss, guess, tokens[:, 1:])], dim=1)
 
 
+def repeated_rows(stream: np.ndarray, filler: int, n: int, seed: int, eos: int | None) -> torch.Tensor:
+    """The probe's passages for teacher forcing: (n, 256 + filler + 256), passage, filler, the whole
+    passage again; its second copy starts at 256 + filler."""
+    prompts, _ = probe_prompts(stream, filler, n, seed, eos)
+    return torch.from_numpy(np.concatenate([prompts[:, :PASSAGE + filler], prompts[:, :PASSAGE]], axis=1))
+
+
 @torch.no_grad()
 def copy_accuracy(model: Target, stream: np.ndarray, filler: int, n: int = 16, seed: int = 0, batch: int = 8,
                   eos: int | None = 0) -> float:
     """The probe's passages teacher-forced: passage, filler, the whole passage again; the share of the
     second copy's tokens (after its first) that the target predicts. Greedy copying needs this near 1:
     one miss and the greedy continuation leaves the passage."""
-    prompts, _ = probe_prompts(stream, filler, n, seed, eos)
-    rows = torch.from_numpy(np.concatenate([prompts[:, :PASSAGE + filler], prompts[:, :PASSAGE]], axis=1))
+    rows = repeated_rows(stream, filler, n, seed, eos)
     start, hits = PASSAGE + filler, 0
     for i in range(0, n, batch):
         logits, _ = model(rows[i:i + batch, :-1])
@@ -133,8 +133,7 @@ def recovery_accuracy(model: Target, stream: np.ndarray, filler: int, n: int = 1
     (`own_miss_inputs`): of the copy's tokens that it predicts teacher-forced and that follow a miss, the
     share it still predicts with the miss in its input (can a greedy copy pick itself up after one miss?
     1.0: every time). None if no such token."""
-    prompts, _ = probe_prompts(stream, filler, n, seed, eos)
-    rows = torch.from_numpy(np.concatenate([prompts[:, :PASSAGE + filler], prompts[:, :PASSAGE]], axis=1))
+    rows = repeated_rows(stream, filler, n, seed, eos)
     copies = torch.zeros(rows.shape, dtype=torch.bool)
     copies[:, PASSAGE + filler + 1:] = True
     hits = total = 0
