@@ -6,8 +6,9 @@
   activations quantized per block, accuracy_level 4); `.pte` 8da4w.
 - target `int4`: ONNX MatMulNBits with fp32 compute (accuracy_level 0: verifying 8 rows must give each
   row what decoding it alone would, to fp32's rounding, and int8 compute does not: ACCURACY; a target's
-  quantized vocabulary tables compute in fp32 too); `.pte` 8da4w (per-token activation quantization; with
-  `--quantize-embeddings int4` beside it the verify rows drift, an open bug: README).
+  quantized vocabulary tables compute in fp32 too); `.pte` 8da4w (per-token activation quantization,
+  which turns any rounding difference between a verify row and its decode step into a quantization step:
+  the `.pte` verify block attends row by row so that there is none, export.graphs.TargetPte).
   Dynamic int8 has per-tensor activation scales that couple rows: never used for the target.
 
 In `int4` the vocabulary projection (hidden -> vocab, the largest matmul, whose error lands on
