@@ -204,13 +204,14 @@ class TargetPte(nn.Module):
     """(tokens, positions) -> (logits, features); the cache is this module's mutable buffers.
 
     A verify block (2..VERIFY_ROWS rows) attends row by row, each row by the one-row `custom_sdpa` call
-    that `target_decode` makes at its position, so a verify row is bit for bit the decode step's (all
-    else in a row is row-independent and integer-exact or elementwise). With one call for the block,
-    `custom_sdpa`'s several-row path rounds differently (1e-6), and in an 8da4w target, whose
-    activations are quantized per token, that moves a quantization step: logits 0.03-0.37 apart in 8
-    of 12 random blocks of the reference target, and speculative output that parts from target-only's.
+    that `target_decode` makes at its position, so a verify row is bit for bit the decode step's (the
+    rest of a row is elementwise, a reduction over that row, or an integer-exact product). With one call for the block,
+    `custom_sdpa` rounds a row differently in the last bits, and in an 8da4w target, whose
+    activations are quantized per token, that moves a quantization step: logits up to 0.21 apart in 5
+    of 12 random blocks of the reference target (scripts/pte_verify_drift.sh), and speculative output
+    that parts from target-only's.
     Row by row also measured faster (docs/design.md, "Why the target's forms keep the rows of a block
-    independent"). Prefill chunks, shared by every mode, attend in one call.
+    independent"). Prefill chunks wider than a verify block, shared by every mode, attend in one call.
 
     Needs ExecuTorch's LLM custom ops registered (`hyflash.export.lower` imports them).
     """

@@ -149,10 +149,10 @@ def test_int4_target_verify_rows_are_its_decode_steps(tmp_path, fmt, backend, ta
     in the last bits (1e-5 in the logits on the reference target, in fp32 as in int4 with fp32 compute), which
     moves an argmax only at a near-tie; with MatMulNBits' int8 compute (accuracy_level 4) the rows came out
     0.035-0.040 apart, and on held-out prompts the speculative output parted from target-only's. In the .pte,
-    8da4w quantizes each row's activations, which turns custom_sdpa's 1e-6 between one row and a block into
-    0.03-0.37 in the logits in most blocks (one block of text passed by chance), unless the block attends row
-    by row (TargetPte). Six blocks: text and random ids, alternating. `target`, `tables`: the target's and
-    the vocabulary tables' quantization."""
+    8da4w quantizes each row's activations, which turns custom_sdpa's last-bit differences between one row and
+    a block into up to 0.21 in the logits (one block of text had passed by chance), unless the block attends row
+    by row (TargetPte), which makes them bit for bit equal: the .pte is held to that. Six blocks: text and
+    random ids, alternating. `target`, `tables`: the target's and the vocabulary tables' quantization."""
     from hyflash.runtime_py.loop import Stats
     from hyflash.runtime_py.profile import profile_prompt
 
@@ -161,14 +161,14 @@ def test_int4_target_verify_rows_are_its_decode_steps(tmp_path, fmt, backend, ta
                  "--quantize-target", target, "--quantize-embeddings", tables]) == 0
     runtime = Runtime(out, backend, threads=2)
     text, rng = profile_prompt(runtime, 348), np.random.default_rng(0)
-    pos = 300
+    pos, bar = 300, 0.0 if fmt == "pte" else 1e-4
     runtime.prefill(text[:pos], False, Stats())
     for b in range(6):
         block = text[pos:pos + VERIFY_ROWS] if b % 2 == 0 else rng.integers(3, runtime.vocab, VERIFY_ROWS).tolist()
         verify = runtime.run_target("target_verify", block, pos)[0].copy()
         for i, token in enumerate(block):
             decode = runtime.run_target("target_decode", [token], pos + i)[0][0]
-            assert np.abs(decode - verify[i]).max() < 1e-4, (b, i, float(np.abs(decode - verify[i]).max()))
+            assert np.abs(decode - verify[i]).max() <= bar, (b, i, float(np.abs(decode - verify[i]).max()))
             runtime.commit_rows([token], pos + i)
         pos += VERIFY_ROWS
 
