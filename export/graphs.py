@@ -208,7 +208,7 @@ class TargetPte(nn.Module):
     rest of a row is elementwise, a reduction over that row, or an integer-exact product). With one call for the block,
     `custom_sdpa` rounds a row differently in the last bits, and in an 8da4w target, whose
     activations are quantized per token, that moves a quantization step: logits up to 0.21 apart in 5
-    of 12 random blocks of the reference target (scripts/pte_verify_drift.sh), and speculative output
+    of 12 random blocks of the reference target (scripts/pte_verify_rows.sh), and speculative output
     that parts from target-only's.
     Row by row also measured faster (docs/design.md, "Why the target's forms keep the rows of a block
     independent"). Prefill chunks wider than a verify block, shared by every mode, attend in one call.

@@ -1,6 +1,6 @@
 """How far a verify block's rows are from the decode steps at their positions, per export: the
 greatest |logit difference| over each block's 8 rows, for random blocks after a random prefix. Run
-by scripts/pte_verify_drift.sh on `.pte` exports made with the verify block attending in one call
+by scripts/pte_verify_rows.sh on `.pte` exports made with the verify block attending in one call
 and row by row, fp32 and int4 (8da4w) targets.
 
   python scripts/pte_verify_drift.py LABEL=EXPORT ... [--blocks 12] [--prefix 264] --out results/X.json

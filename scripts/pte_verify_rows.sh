@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The .pte target's verify block attending in one custom_sdpa call (the code of ONE_CALL, before the
-# row-by-row fix) against row by row (today's), `hyflash profile` on each in turn, RUNS times, one
-# sitting (this machine's speed drifts: only side-by-side ratios mean anything).
-#   scripts/pte_verify_rows.sh   -> results/pte_verify_rows.json
-# Both sides export the embedded pair in fp32 (runs/exports/pte-{one-call,row-by-row}, made once).
+# row-by-row fix) against row by row (today's), on the embedded pair:
+# - how far a verify row is from its decode step, fp32 and int4 (8da4w) targets
+#   (scripts/pte_verify_drift.py)                                   -> results/pte_verify_drift.json
+# - `hyflash profile` of the fp32 pair, each side in turn, RUNS times, one sitting (this machine's
+#   speed drifts: only side-by-side ratios mean anything)           -> results/pte_verify_rows.json
+# Exports are made once, under runs/exports/pte-*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-2}
@@ -15,10 +17,19 @@ trap 'git worktree remove --force "$wt"' EXIT
 for d in models export runtime_py train; do ln -s "../$d" "$wt/hyflash/$d"; done  # the import layout
 old() { (cd "$wt" && PYTHONPATH="$wt" "$PY" -m hyflash.cli "$@"); }
 new() { "$PY" -m hyflash.cli "$@"; }
-[ -f runs/exports/pte-one-call/manifest.json ] ||
-  old export --target reference --drafter reference --out "$PWD/runs/exports/pte-one-call" --format pte --force
-[ -f runs/exports/pte-row-by-row/manifest.json ] ||
-  new export --target reference --drafter reference --out runs/exports/pte-row-by-row --format pte --force
+ex() {  # side folder [export flags]
+  local side=$1 folder=$2; shift 2
+  [ -f "$folder/manifest.json" ] || $side export --target reference --drafter reference --format pte --force \
+    --out "$PWD/$folder" "$@"
+}
+ex old runs/exports/pte-one-call
+ex new runs/exports/pte-row-by-row
+ex old runs/exports/pte-int4-target-one-call --quantize-target int4
+ex new runs/exports/pte-int4-target --quantize-target int4
+[ -f results/pte_verify_drift.json ] ||
+  "$PY" scripts/pte_verify_drift.py fp32-one-call=runs/exports/pte-one-call fp32-row-by-row=runs/exports/pte-row-by-row \
+    int4-one-call=runs/exports/pte-int4-target-one-call int4-row-by-row=runs/exports/pte-int4-target \
+    --out results/pte_verify_drift.json
 out=$(mktemp -d)
 for i in $(seq "$RUNS"); do
   new profile runs/exports/pte-one-call --backend executorch --threads 2 --no-optimum --json > "$out/one-call-$i.json"
