@@ -408,7 +408,7 @@ _DRAFTER_SHAPE = {"memory": "mamba2", "window": "128", "layers": 2, "intermediat
 def cmd_train_drafter(args) -> int:
     from hyflash.models.drafter import DrafterConfig
     from hyflash.models.loading import load_target, resolve, weights_sha256
-    from hyflash.train.batches import open_rows
+    from hyflash.train.batches import DistantRepeats, open_rows
     from hyflash.train.drafter import train_drafter
     from hyflash.train.loop import is_writer
 
@@ -427,6 +427,11 @@ def cmd_train_drafter(args) -> int:
     folder = resolve(args.target, "target")
     target = load_target(folder)
     rows = open_rows(args.data, folder, args.tokenizer, args.seq_len, weights_sha256(folder))
+    if args.distant_repeats is not None:
+        try:
+            rows = DistantRepeats(rows, args.distant_repeats)
+        except ValueError as e:
+            raise CliError(str(e)) from None
     cfg = None
     if not init_from:
         window = "full" if args.window == "full" else int(args.window)
@@ -822,6 +827,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=_positive(), default=None,
                    help="training window (default 512; a regenerated folder's own length)")
     p.add_argument("--anchors", type=_positive(), default=48, help="anchors sampled per sequence")
+    p.add_argument("--distant-repeats", type=float, default=None, metavar="SHARE",
+                   help="in this share of rows a span of 48-96 tokens is copied again 128-256 tokens after itself, "
+                        "anchors only in the copy: evidence only a memory holds (issue 15); held-out rows too")
     p.add_argument("--eval-every", type=_positive(), default=100, help="held-out tau every K steps (in the log)")
     p.add_argument("--eval-rows", type=_positive(), default=16, help="held-out rows the tau is measured on")
     _add_train_flags(p, steps=600, batch=4, lr=1e-3)

@@ -220,6 +220,63 @@ def test_anchors_fall_in_the_response():
     assert np.flatnonzero(ends).tolist() == list(range(4, 13))
 
 
+def test_distant_repeats_copy_a_span_out_of_the_window_and_anchor_only_in_the_copy():
+    from hyflash.train.batches import LABELS, DistantRepeats, Rows
+
+    class Base:  # rows 0..T-1 offset by the row's index: every token says where it came from
+        seq_len, describe = 400, {"kind": "test"}
+
+        def sample(self, rng, n):
+            tokens = np.arange(self.seq_len)[None, :] + 1000 * np.arange(n)[:, None]
+            anchorable = np.ones((n, self.seq_len), bool)
+            anchorable[1, 300:] = False  # an answer that ends at 300 + 7
+            return Rows(tokens, anchorable)
+
+        def heldout(self, n):
+            return self.sample(None, n)
+
+    rep = DistantRepeats(Base(), 1.0, span=(48, 96), gap=(128, 256), cue=8)
+    rows = rep.sample(np.random.default_rng(0), 3)
+    for row, allowed, base_row in zip(rows.tokens, rows.anchorable, Base().sample(None, 3).tokens):
+        jumps = np.flatnonzero(np.diff(row) != 1)  # the text runs 0, 1, 2, ... but where the copy starts and ends
+        assert len(jumps) == 2
+        dst, end = jumps[0] + 1, jumps[1] + 1
+        s = end - dst
+        src = int(row[dst] - base_row[0])
+        assert 48 <= s <= 96 and np.array_equal(row[dst:end], row[src:src + s])
+        assert 128 <= dst - (src + s) <= 256  # the gap: the copy's evidence is s + gap > 128 tokens back
+        assert np.flatnonzero(allowed).tolist() == list(range(dst + 7, end - 1))  # from the cue's end, in the copy
+        assert len(row) == 400
+    assert np.flatnonzero(rows.anchorable[1]).max() + LABELS < 307  # the answer's end still bounds the labels
+    held = rep.heldout(2)
+    assert np.array_equal(held.tokens, rep.heldout(2).tokens)  # the same held-out draw at every evaluation
+    assert rep.describe["distant_repeats"]["share"] == 1.0 and rep.describe["kind"] == "test"
+    half = DistantRepeats(Base(), 0.5).sample(np.random.default_rng(1), 200)
+    changed = (np.diff(half.tokens, axis=1) != 1).any(1).mean()
+    assert 0.35 < changed < 0.65
+    with pytest.raises(ValueError, match="share of rows"):
+        DistantRepeats(Base(), 0.0)
+    Base.seq_len = 200
+    with pytest.raises(ValueError, match="raise --seq-len"):
+        DistantRepeats(Base(), 0.5)
+
+
+def test_train_drafter_with_distant_repeats(corpus, tmp_path, capsys):
+    args = _drafter_args(corpus, tmp_path / "d")
+    args[args.index("--seq-len") + 1] = "240"
+    assert main(args + ["--distant-repeats", "0.5", "--eval-every", "3", "--eval-rows", "2"]) == 0
+    run_config = json.loads((tmp_path / "d" / "run_config.json").read_text())
+    assert run_config["data"]["distant_repeats"]["share"] == 0.5
+    assert "heldout_tau" in json.loads((tmp_path / "d" / "log.jsonl").read_text().splitlines()[-1])
+    assert main(_drafter_args(corpus, tmp_path / "e") + ["--distant-repeats", "0.5"]) == 2
+    assert "raise --seq-len" in capsys.readouterr().err
+    bad = _drafter_args(corpus, tmp_path / "f")
+    bad[bad.index("--seq-len") + 1] = "240"
+    assert main(bad + ["--distant-repeats", "1.5"]) == 2
+    assert "in (0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()
+
+
 def test_train_drafter_on_regenerated_text(corpus, tmp_path, capsys):
     out = tmp_path / "regen"
     assert main(_regen_args(corpus, out)) == 0

@@ -140,6 +140,76 @@ class StreamRows:
         return Rows(np.stack(tokens), np.stack(anchorable))
 
 
+@dataclasses.dataclass(frozen=True)
+class DistantRepeats:
+    """Rows of `base` in which, in a `share` of them, a span of the row's own text is copied again
+    `gap` tokens after its end, with the anchors only inside the copy, from its `cue`-th token on (issue
+    15): what the target continues there is what it read span + gap tokens back, out of a window of
+    fewer, so only a drafter's memory can hold it. Labels stay the target's own choices (`Distill`),
+    which follow the copy as far as the target copies. A row too short for the draw stays as it was."""
+    base: object
+    share: float
+    span: tuple[int, int] = (48, 96)
+    gap: tuple[int, int] = (128, 256)
+    cue: int = 8
+
+    def __post_init__(self):
+        if not 0 < self.share <= 1:
+            raise ValueError(f"--distant-repeats is the share of rows carrying a repeat, in (0, 1]; got {self.share}")
+        need = 2 * self.span[0] + self.gap[0] + LABELS
+        if self.seq_len < need:
+            raise ValueError(f"--distant-repeats needs rows of at least {need} tokens (a span of {self.span[0]}, its "
+                             f"copy {self.gap[0]} tokens on, 7 labels); these have {self.seq_len}: raise --seq-len")
+
+    @property
+    def seq_len(self) -> int:
+        return self.base.seq_len
+
+    @property
+    def describe(self) -> dict:
+        return {**self.base.describe, "distant_repeats": {"share": self.share, "span": list(self.span),
+                                                          "gap": list(self.gap), "cue": self.cue}}
+
+    def sample(self, rng: np.random.Generator, n: int) -> Rows:
+        rows = self.base.sample(rng, n)
+        tokens, anchorable = rows.tokens.copy(), rows.anchorable.copy()
+        for i in np.flatnonzero(rng.random(n) < self.share):
+            self.insert(tokens[i], anchorable[i], rng)
+        return Rows(tokens, anchorable)
+
+    def insert(self, tokens: np.ndarray, anchorable: np.ndarray, rng: np.random.Generator) -> bool:
+        """Copy a span of the row's valid text (up to its last anchorable position's labels) `gap` tokens
+        after itself, in place; anchors only in the copy. Span and gap are drawn from what fits in the
+        row; False (row untouched) where not even the shortest fit."""
+        t = len(tokens)
+        valid = np.flatnonzero(anchorable)
+        end = min(t, int(valid[-1]) + LABELS + 1) if valid.size else 0
+        longest = min(self.span[1], (end - self.gap[0] - LABELS) // 2)  # what fits with the shortest gap
+        if longest < self.span[0]:
+            return False
+        s = int(rng.integers(self.span[0], longest + 1))
+        g = int(rng.integers(self.gap[0], min(self.gap[1], end - 2 * s - LABELS) + 1))
+        a = int(rng.integers(0, end - 2 * s - g - LABELS + 1))
+        dst = a + s + g
+        tokens[:] = np.concatenate([tokens[:dst], tokens[a:a + s], tokens[dst:t - s]])
+        anchorable[:] = False
+        anchorable[dst + self.cue - 1:min(dst + s - 1, t - LABELS - 1)] = True
+        return True
+
+    def heldout(self, n: int) -> Rows | None:
+        """The base's held-out rows, each given a repeat from a fixed draw (the same at every evaluation)."""
+        rows = self.base.heldout(n)
+        if rows is None:
+            return None
+        tokens, anchorable = rows.tokens.copy(), rows.anchorable.copy()
+        rng = np.random.default_rng(HELDOUT_SEED)
+        kept = [i for i in range(len(tokens)) if self.insert(tokens[i], anchorable[i], rng)]
+        return Rows(tokens[kept], anchorable[kept]) if kept else None
+
+    def token_counts(self, vocab: int) -> np.ndarray:
+        return self.base.token_counts(vocab)
+
+
 def response_anchors(prompt_len: np.ndarray, length: int, end: np.ndarray | None = None) -> np.ndarray:
     """(n, length) bool: from each row's last prompt token on (its drafts are the response's tokens);
     with `end` (a row's prompt + answer length) only where all 7 labels lie inside the answer, never on
