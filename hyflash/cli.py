@@ -33,6 +33,16 @@ def _positive(kind=int):
     return parse
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}")
+    return value
+
+
 def _emit(args, data: dict, text) -> None:
     """One JSON line on stdout with --json, else the human form (`text()`, built only when needed)."""
     print(json.dumps(data) if args.json else text())
@@ -428,10 +438,7 @@ def cmd_train_drafter(args) -> int:
     target = load_target(folder)
     rows = open_rows(args.data, folder, args.tokenizer, args.seq_len, weights_sha256(folder))
     if args.distant_repeats is not None:
-        try:
-            rows = DistantRepeats(rows, args.distant_repeats)
-        except ValueError as e:
-            raise CliError(str(e)) from None
+        rows = DistantRepeats(rows, args.distant_repeats)
     cfg = None
     if not init_from:
         window = "full" if args.window == "full" else int(args.window)
@@ -827,9 +834,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=_positive(), default=None,
                    help="training window (default 512; a regenerated folder's own length)")
     p.add_argument("--anchors", type=_positive(), default=48, help="anchors sampled per sequence")
-    p.add_argument("--distant-repeats", type=float, default=None, metavar="SHARE",
+    p.add_argument("--distant-repeats", type=_share, default=None, metavar="SHARE",
                    help="in this share of rows a span of 48-96 tokens is copied again 128-256 tokens after itself, "
-                        "anchors only in the copy: evidence only a memory holds (issue 15); held-out rows too")
+                        "anchors only in the copy: evidence out of the window (issue 15); held-out rows too")
     p.add_argument("--eval-every", type=_positive(), default=100, help="held-out tau every K steps (in the log)")
     p.add_argument("--eval-rows", type=_positive(), default=16, help="held-out rows the tau is measured on")
     _add_train_flags(p, steps=600, batch=4, lr=1e-3)

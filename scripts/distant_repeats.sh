@@ -4,7 +4,9 @@
 # checkpoints/long-range: no memory gain on the probes) continue STEPS (600) steps on the same regenerated
 # rows, half of them carrying a distant repeat (`train-drafter --distant-repeats 0.5`: a span of 48-96
 # tokens copied again 128-256 tokens after itself, anchors only in the copy, so the evidence is 176-352
-# tokens back, out of the 128-token window), one thread each, side by side. Then the evidence probes for
+# tokens back, out of the 128-token window), one thread each, side by side. The committed runs were trained
+# before the anchors' end was fixed (then the last 6 anchors of a copy had labels past it, whose chain the
+# drafter was fed wrongly); the committed weights and results are those runs'. Then the evidence probes for
 # the four drafters (before and after, the same seeded probes) with the history-limited HyFlash (its memory
 # the last 256 committed features only, eager backend).
 # Then the same for the Gated DeltaNet drafter (a delta-rule memory, built for recall) against the window
@@ -37,15 +39,19 @@ export_run() {  # export folder, drafter model folder
   ! stale_export "$1" "$2" || $H export --target "$TARGET" --drafter "$2" --out "$1" --format onnx --force
 }
 both train "hyflash $BEFORE/drafter-hyflash-base $STEPS" "swa $BEFORE/drafter-swa-matched $STEPS"
-export_run "$OUT/export-hyflash-before" "$BEFORE/drafter-hyflash-base/model"
-export_run "$OUT/export-swa-before" "$BEFORE/drafter-swa-matched/model"
-export_run "$OUT/export-hyflash-repeats" "$OUT/drafter-hyflash/model"
-export_run "$OUT/export-swa-repeats" "$OUT/drafter-swa/model"
+[ -f "$RESULT.json" ] || {  # the exports only where a probe is still to run
+  export_run "$OUT/export-hyflash-before" "$BEFORE/drafter-hyflash-base/model"
+  export_run "$OUT/export-swa-before" "$BEFORE/drafter-swa-matched/model"
+  export_run "$OUT/export-hyflash-repeats" "$OUT/drafter-hyflash/model"
+  export_run "$OUT/export-swa-repeats" "$OUT/drafter-swa/model"
+}
 probe "$RESULT" "$OUT"/export-{hyflash,swa}-{before,repeats} --memory-history 256
 
 V2=${V2:-checkpoints/drafters-v2} STEPS_GDN=${STEPS_GDN:-400}
 both train "gdn $V2/drafter-gdn $STEPS_GDN" "swa-v2 $V2/drafter-swa $STEPS_GDN"
-for name in gdn swa; do export_run "$OUT/export-$name-v2-before" "$V2/drafter-$name/model"; done
-export_run "$OUT/export-gdn-v2-repeats" "$OUT/drafter-gdn/model"
-export_run "$OUT/export-swa-v2-repeats" "$OUT/drafter-swa-v2/model"
+[ -f "${RESULT}_gdn.json" ] || {
+  for name in gdn swa; do export_run "$OUT/export-$name-v2-before" "$V2/drafter-$name/model"; done
+  export_run "$OUT/export-gdn-v2-repeats" "$OUT/drafter-gdn/model"
+  export_run "$OUT/export-swa-v2-repeats" "$OUT/drafter-swa-v2/model"
+}
 probe "${RESULT}_gdn" "$OUT"/export-{gdn,swa}-v2-{before,repeats}

@@ -143,10 +143,13 @@ class StreamRows:
 @dataclasses.dataclass(frozen=True)
 class DistantRepeats:
     """Rows of `base` in which, in a `share` of them, a span of the row's own text is copied again
-    `gap` tokens after its end, with the anchors only inside the copy, from its `cue`-th token on (issue
-    15): what the target continues there is what it read span + gap tokens back, out of a window of
-    fewer, so only a drafter's memory can hold it. Labels stay the target's own choices (`Distill`),
-    which follow the copy as far as the target copies. A row too short for the draw stays as it was."""
+    `gap` tokens after its end, with the anchors only inside the copy, from its `cue`-th token on and
+    while all 7 labels are predicted from copied tokens (issue 15): what the target continues there is
+    what it read span + gap tokens back, out of a window of fewer; a drafter sees it through its memory,
+    or only as far as the target's features inside the window carry it. Labels stay the target's own
+    choices (`Distill`), which follow the copy as far as the target copies. The copy may fall in a
+    regenerated row's prompt (text the target read, not wrote). A row too short for the draw stays as it
+    was."""
     base: object
     share: float
     span: tuple[int, int] = (48, 96)
@@ -159,7 +162,8 @@ class DistantRepeats:
         need = 2 * self.span[0] + self.gap[0] + LABELS
         if self.seq_len < need:
             raise ValueError(f"--distant-repeats needs rows of at least {need} tokens (a span of {self.span[0]}, its "
-                             f"copy {self.gap[0]} tokens on, 7 labels); these have {self.seq_len}: raise --seq-len")
+                             f"copy {self.gap[0]} tokens on, 7 labels); these have {self.seq_len}: raise --seq-len "
+                             "(a regenerated folder: regenerate with a longer --seq-len)")
 
     @property
     def seq_len(self) -> int:
@@ -192,8 +196,8 @@ class DistantRepeats:
         a = int(rng.integers(0, end - 2 * s - g - LABELS + 1))
         dst = a + s + g
         tokens[:] = np.concatenate([tokens[:dst], tokens[a:a + s], tokens[dst:t - s]])
-        anchorable[:] = False
-        anchorable[dst + self.cue - 1:min(dst + s - 1, t - LABELS - 1)] = True
+        anchorable[:] = False  # anchors whose 7 labels are all predicted from inside the copy
+        anchorable[dst + self.cue - 1:dst + s - LABELS + 1] = True
         return True
 
     def heldout(self, n: int) -> Rows | None:
