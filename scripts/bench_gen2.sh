@@ -17,7 +17,7 @@ names=("$@")
 exports=()
 export_one() {  # name, model folder, export flags: exported again when the model folder changed since
   local out=$EXPORTS-$1 model=$2; shift 2
-  ! stale_export "$out" "$model" || $H export --target "$TARGET" --drafter "$model" --out "$out" --format onnx --force "$@"
+  export_drafter "$out" "$model" "$@"
   exports+=("$out")
 }
 for name in "${names[@]}"; do

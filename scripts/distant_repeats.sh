@@ -18,40 +18,31 @@ cd "$(dirname "$0")/.."
 H=.venv/bin/hyflash
 source scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} REGEN=${REGEN:-data/regen-v2} BEFORE=${BEFORE:-checkpoints/long-range}
-OUT=${OUT:-runs/distant} STEPS=${STEPS:-600} PROMPTS=${PROMPTS:-8} RESULT=${RESULT:-results/distant_repeats_probe}
+OUT=${OUT:-runs/distant} STEPS=${STEPS:-600} RESULT=${RESULT:-results/distant_repeats_probe}
 DONE=${DONE:-checkpoints/distant-repeats}  # finished runs, committed: copied, not retrained
 mkdir -p "$OUT" results
 
 train() {  # name, the run folder it continues, steps
-  seed_run "$OUT/drafter-$1" "$DONE" /nonexistent
+  seed_run "$OUT/drafter-$1" "$DONE"
   [ -f "$OUT/drafter-$1/model/config.json" ] ||
     $H train-drafter --target "$TARGET" --data "$REGEN" --distant-repeats 0.5 --init-from "$2/model" \
       --out "$OUT/drafter-$1" --steps "$3" --lr 5e-4 --warmup 30 --batch 4 --threads 1 --eval-every 100 \
       --checkpoint-every 100 >> "$OUT/$1.log" 2>&1
 }
-probe() {  # result, then export folders and probe flags
-  [ -f "$1.json" ] && return
-  local f=$1; shift
-  $H probe "$@" --distances 256,768,1536 --prompts "$PROMPTS" --threads 2 --out "$f.partial.json" --plot "$f.png"
-  mv "$f.partial.json" "$f.json"
-}
-export_run() {  # export folder, drafter model folder
-  ! stale_export "$1" "$2" || $H export --target "$TARGET" --drafter "$2" --out "$1" --format onnx --force
-}
 both train "hyflash $BEFORE/drafter-hyflash-base $STEPS" "swa $BEFORE/drafter-swa-matched $STEPS"
 [ -f "$RESULT.json" ] || {  # the exports only where a probe is still to run
-  export_run "$OUT/export-hyflash-before" "$BEFORE/drafter-hyflash-base/model"
-  export_run "$OUT/export-swa-before" "$BEFORE/drafter-swa-matched/model"
-  export_run "$OUT/export-hyflash-repeats" "$OUT/drafter-hyflash/model"
-  export_run "$OUT/export-swa-repeats" "$OUT/drafter-swa/model"
+  export_drafter "$OUT/export-hyflash-before" "$BEFORE/drafter-hyflash-base/model"
+  export_drafter "$OUT/export-swa-before" "$BEFORE/drafter-swa-matched/model"
+  export_drafter "$OUT/export-hyflash-repeats" "$OUT/drafter-hyflash/model"
+  export_drafter "$OUT/export-swa-repeats" "$OUT/drafter-swa/model"
 }
-probe "$RESULT" "$OUT"/export-{hyflash,swa}-{before,repeats} --memory-history 256
+evidence_probe "$RESULT" "$OUT"/export-{hyflash,swa}-{before,repeats} --memory-history 256
 
 V2=${V2:-checkpoints/drafters-v2} STEPS_GDN=${STEPS_GDN:-400}
 both train "gdn $V2/drafter-gdn $STEPS_GDN" "swa-v2 $V2/drafter-swa $STEPS_GDN"
 [ -f "${RESULT}_gdn.json" ] || {
-  for name in gdn swa; do export_run "$OUT/export-$name-v2-before" "$V2/drafter-$name/model"; done
-  export_run "$OUT/export-gdn-v2-repeats" "$OUT/drafter-gdn/model"
-  export_run "$OUT/export-swa-v2-repeats" "$OUT/drafter-swa-v2/model"
+  for name in gdn swa; do export_drafter "$OUT/export-$name-v2-before" "$V2/drafter-$name/model"; done
+  export_drafter "$OUT/export-gdn-v2-repeats" "$OUT/drafter-gdn/model"
+  export_drafter "$OUT/export-swa-v2-repeats" "$OUT/drafter-swa-v2/model"
 }
-probe "${RESULT}_gdn" "$OUT"/export-{gdn,swa}-v2-{before,repeats}
+evidence_probe "${RESULT}_gdn" "$OUT"/export-{gdn,swa}-v2-{before,repeats}

@@ -29,7 +29,7 @@ mkdir -p "$OUT" results
   { echo "the target ($TARGET) or the regenerated text ($REGEN) is missing: run scripts/reference_v2.sh first" >&2; exit 2; }
 
 export_run() {  # export folder, run folder: the run's drafter exported with the target (again if retrained)
-  ! stale_export "$1" "$2/model" || $H export --target "$TARGET" --drafter "$2/model" --out "$1" --format onnx --force
+  export_drafter "$1" "$2/model"
 }
 ablation() {  # name, then train-drafter flags; a finished run is left alone
   local name=$1; shift
@@ -51,11 +51,5 @@ done
 # the four drafters as first trained, exported here (drafter_card.sh's HyFlash export now has the lookup input)
 for name in hyflash swa gdn full; do export_run "$GEN2-$name" "$V2/drafter-$name"; done
 
-probe() {  # result, then export folders and probe flags
-  local f=$1; shift
-  [ -f "$f.json" ] && return
-  $H probe "$@" --distances 256,768,1536 --prompts 8 --threads 2 --out "$f.partial.json" --plot "$f.png"
-  mv "$f.partial.json" "$f.json"
-}
-probe "$RESULT" "$GEN2"-{hyflash,swa,gdn,full} --memory-history 256
-probe "${RESULT}_ablations" "$OUT"/export-{hyflash-base,hyflash-noslot,hyflash-1layer,swa-matched}
+evidence_probe "$RESULT" "$GEN2"-{hyflash,swa,gdn,full} --memory-history 256
+evidence_probe "${RESULT}_ablations" "$OUT"/export-{hyflash-base,hyflash-noslot,hyflash-1layer,swa-matched}

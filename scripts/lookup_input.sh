@@ -60,8 +60,7 @@ train "$OUT/drafter-hyflash-lookup" "$STEPS" "$DONE" "$PARTIAL"
 for name in hyflash-base hyflash-lookup; do
   run=$OUT/drafter-$name
   calibrate "$run"
-  ! stale_export "$OUT/export-$name" "$run/model" ||
-    $H export --target "$TARGET" --drafter "$run/model" --out "$OUT/export-$name" --format onnx --force
+  export_drafter "$OUT/export-$name" "$run/model"
 done
 # side by side in one run per temperature (prompt-lookup, hybrid and target-only rows come with them)
 for t in 0 1; do
@@ -77,13 +76,9 @@ done
 
 # the window drafter with the lookup input, at HyFlash's parameter count
 train "$OUT/drafter-swa-lookup" "$STEPS" "$DONE" "$PARTIAL" --memory off --intermediate-size 816
-! stale_export "$OUT/export-swa-lookup" "$OUT/drafter-swa-lookup/model" ||
-  $H export --target "$TARGET" --drafter "$OUT/drafter-swa-lookup/model" --out "$OUT/export-swa-lookup" --format onnx --force
+export_drafter "$OUT/export-swa-lookup" "$OUT/drafter-swa-lookup/model"
 [ -f "${RESULT}_window.json" ] || {
   $H bench "$OUT"/export-{hyflash,swa}-lookup --buckets 256,512,1024,2048 --prompts-per-bucket "$PROMPTS" \
     --max-new-tokens 64 --seed 0 --threads 2 --json > "${RESULT}_window.json.partial"
   mv "${RESULT}_window.json.partial" "${RESULT}_window.json"; }
-[ -f "${RESULT}_window_probe.json" ] || {
-  $H probe "$OUT"/export-{hyflash,swa}-lookup --distances 256,768,1536 --prompts 8 --threads 2 \
-    --out "${RESULT}_window_probe.partial.json" --plot "${RESULT}_window_probe.png"
-  mv "${RESULT}_window_probe.partial.json" "${RESULT}_window_probe.json"; }
+evidence_probe "${RESULT}_window_probe" "$OUT"/export-{hyflash,swa}-lookup
