@@ -15,7 +15,9 @@ calibration measured on training data (`hyflash calibrate`, train/calibrate.py):
 - what running the drafter adds at lookup match n (`drafter_gain`: the rule's mean accepted drafts
   minus lookup's, over rounds with match n, the rule's tables fitted on the other half of the
   rounds). Lookup's match is known before the drafter runs, so where that gain is worth less than
-  draft_read costs, a round skips draft_read and verifies lookup's block (`skip_drafter`).
+  draft_read costs, a round skips draft_read and verifies lookup's block (`skip_drafter`);
+- for the report only (`by_agreement`): rounds by how many leading drafts the two blocks share, and how
+  often each block went further where they part: the room any rule that picks one of them has.
 
 numpy only: the runtime applies it every round.
 """
@@ -46,7 +48,24 @@ def calibration(rounds: dict[str, np.ndarray]) -> dict:
     for row in cal["lookup"]:
         hit = rounds["match"] == row["match"]
         row["drafter_gain"] = float(gain[hit].mean()) if hit.any() else 0.0
+    if "agree" in rounds:
+        cal["by_agreement"] = by_agreement(rounds)
     return cal
+
+
+def by_agreement(rounds: dict[str, np.ndarray]) -> list[dict]:
+    """Rounds by how many leading drafts the two blocks share (`agree`, 0..block): where they share all,
+    the choice cannot matter; elsewhere each row says how often lookup's block would have gone further
+    than the drafter's and how often the reverse, the room a rule that picks one of them has."""
+    rows = []
+    for a in range(int(rounds["agree"].max(initial=0)) + 1):
+        hit = rounds["agree"] == a
+        d, lk = rounds["drafter"][hit], rounds["lookup"][hit]
+        rows.append({"agree": a, "rounds": int(hit.sum()),
+                     "drafter": float(d.mean()) if hit.any() else None, "lookup": float(lk.mean()) if hit.any() else None,
+                     "lookup_further": float((lk > d).mean()) if hit.any() else None,
+                     "drafter_further": float((d > lk).mean()) if hit.any() else None})
+    return rows
 
 
 def tables(rounds: dict[str, np.ndarray]) -> dict:

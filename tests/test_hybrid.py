@@ -32,6 +32,19 @@ def test_calibration_tables_hold_what_was_measured():
     assert joint.sum(1).tolist() == [row["rounds"] for row in cal["lookup"]]
 
 
+def test_by_agreement_counts_where_the_blocks_part_and_who_went_further():
+    r = {"expected": np.full(6, 3.0), "match": np.full(6, 2.0),
+         "drafter": np.asarray([7.0, 2, 5, 1, 1, 3]), "lookup": np.asarray([7.0, 5, 2, 1, 3, 1]),
+         "agree": np.asarray([7, 2, 2, 1, 1, 1])}
+    rows = calibration(r)["by_agreement"]
+    assert [row["agree"] for row in rows] == list(range(8)) and sum(row["rounds"] for row in rows) == 6
+    assert rows[2] == {"agree": 2, "rounds": 2, "drafter": 3.5, "lookup": 3.5, "lookup_further": 0.5,
+                       "drafter_further": 0.5}
+    assert rows[1]["rounds"] == 3 and rows[1]["lookup_further"] == rows[1]["drafter_further"] == 1 / 3
+    assert rows[7]["lookup_further"] == rows[7]["drafter_further"] == 0.0 and rows[0]["rounds"] == 0
+    assert "by_agreement" not in calibration({k: v for k, v in r.items() if k != "agree"})
+
+
 def test_held_out_hybrid_judges_each_half_by_the_other():
     """The rule fitted on one half of the rounds, scored on the other: where the two halves disagree (noise
     a per-cell pick would fit), the in-sample figure flatters, the held-out one does not."""

@@ -13,7 +13,11 @@ import torch
 from safetensors.torch import load_file
 
 from hyflash.cli import main
+from hyflash.models.loading import load_drafter, load_target
+from hyflash.train.batches import response_anchors
+from hyflash.train.calibrate import measure_rounds
 from hyflash.train.data import is_heldout, write_corpus, train_tokenizer
+from hyflash.train.regenerate import load_regenerated
 
 
 @pytest.fixture(scope="module")
@@ -315,6 +319,16 @@ def test_hybrid_from_calibration_to_the_loop(corpus, both_formats, tmp_path, cap
     assert json.loads((drafter / "hybrid.json").read_text())["lookup"] == cal["lookup"]
     m = cal["mean_accepted"]
     assert m["hybrid"] <= m["better_of_two"] and m["better_of_two"] >= max(m["drafter"], m["lookup"])
+    assert sum(row["rounds"] for row in cal["by_agreement"]) == cal["rounds"]
+    # the blocks' agreement, measured: both blocks follow the target's chain for min(drafter, lookup) drafts,
+    # so they share at least that many; where one went further, they part exactly where the other stopped
+    t = load_target(run / "model")
+    data = load_regenerated(regen)
+    r = measure_rounds(t, load_drafter(drafter, t), data.tokens,
+                       response_anchors(data.prompt_len, data.tokens.shape[1], data.length))
+    least = np.minimum(r["drafter"], r["lookup"])
+    part = r["drafter"] != r["lookup"]
+    assert len(r["agree"]) == cal["rounds"] and (r["agree"] >= least).all() and (r["agree"][part] == least[part]).all()
     out = tmp_path / "exp"
     assert main(["export", "--target", str(run / "model"), "--drafter", str(drafter), "--out", str(out),
                  "--format", "onnx", "--max-context", "96", "--prefill-chunk", "16"]) == 0

@@ -30,12 +30,13 @@ def accepted(block: np.ndarray, chain: np.ndarray) -> int:
 def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchorable: np.ndarray,
                    anchors: int = 48, batch: int = 4) -> dict[str, np.ndarray]:
     """Every anchor of every row as a round: the drafter's expected and realised accepted drafts,
-    lookup's match length and realised accepted drafts. Rows must be greedy (labels = next tokens)."""
+    lookup's match length and realised accepted drafts, and how many leading drafts the two blocks share
+    (`agree`). Rows must be greedy (labels = next tokens)."""
     if not drafter.cfg.confidence:
         raise ValueError("this drafter has no confidence head (trained with --no-confidence); hybrid drafting "
                          "needs its per-slot probabilities")
     model = Distill(drafter.eval(), target.eval(), anchors)
-    out = {"expected": [], "drafter": [], "match": [], "lookup": []}
+    out = {"expected": [], "drafter": [], "match": [], "lookup": [], "agree": []}
     for i in range(0, len(tokens), batch):
         rows = torch.from_numpy(tokens[i:i + batch].astype(np.int64))
         allowed = torch.from_numpy(anchorable[i:i + batch])
@@ -45,10 +46,11 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchora
             chain_ok = (guess.view_as(labels) == labels).int().cumprod(-1)  # (A, 7)
             out["expected"] += conf.sum(-1).tolist()
             out["drafter"] += chain_ok.sum(-1).tolist()
-            for anchor, chain in zip(a.tolist(), labels.numpy()):
+            for anchor, chain, drafts in zip(a.tolist(), labels.numpy(), guess.view_as(labels).numpy()):
                 block, n = lookup(row[:anchor + 1], drafter.cfg.block)
                 out["match"].append(n)
                 out["lookup"].append(accepted(block, chain))
+                out["agree"].append(accepted(block, drafts))
     return {k: np.asarray(v, np.float64) for k, v in out.items()}
 
 
