@@ -31,7 +31,9 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchora
                    anchors: int = 48, batch: int = 4) -> dict[str, np.ndarray]:
     """Every anchor of every row as a round: the drafter's expected and realised accepted drafts,
     lookup's match length and realised accepted drafts, and how many leading drafts the two blocks share
-    (`agree`). Rows must be greedy (labels = next tokens)."""
+    (`agree`). Rows must be greedy (labels = next tokens). The drafter's block is read off the target's
+    chain (teacher-forced), which is its own up to its first miss; so `agree` is exact wherever the two
+    blocks accept different lengths, and past a miss both share it is the teacher-forced block's."""
     if not drafter.cfg.confidence:
         raise ValueError("this drafter has no confidence head (trained with --no-confidence); hybrid drafting "
                          "needs its per-slot probabilities")
