@@ -4,9 +4,8 @@
 # checkpoints/long-range: no memory gain on the probes) continue STEPS (600) steps on the same regenerated
 # rows, half of them carrying a distant repeat (`train-drafter --distant-repeats 0.5`: a span of 48-96
 # tokens copied again 128-256 tokens after itself, anchors only in the copy, so the evidence is 176-352
-# tokens back, out of the 128-token window), one thread each, side by side. The committed runs were trained
-# before the anchors' end was fixed (then the last 6 anchors of a copy had labels past it, whose chain the
-# drafter was fed wrongly); the committed weights and results are those runs'. Then the evidence probes for
+# tokens back, out of the 128-token window; the last anchor where all 7 labels are copied tokens), one
+# thread each, side by side. Then the evidence probes for
 # the four drafters (before and after, the same seeded probes) with the history-limited HyFlash (its memory
 # the last 256 committed features only, eager backend).
 # Then the same for the Gated DeltaNet drafter (a delta-rule memory, built for recall) against the window
