@@ -1,9 +1,10 @@
-"""How much a per-round choice between the drafter's block and prompt-lookup's can gain, measured on the
-calibration's training rounds (`hyflash calibrate` measures the same rounds; this writes nothing into the
-drafter folder). Reports the drafter alone, lookup alone, the better of the two each round (an oracle),
+"""How much a per-round choice between the drafter's block and prompt-lookup's can gain, measured on
+training rounds as `hyflash calibrate` measures them (on 512 greedy rows by default, the calibration's 256
+among them; this writes nothing into the drafter folder). Reports the drafter alone, lookup alone, the better of the two each round (an oracle),
 the rounds by how many leading drafts the two blocks share (`by_agreement`), and the held-out mean of
 three cell rules, each half of the rows judged by cells fitted on the other half: the runtime's cells
-(lookup's match x the drafter's confidence bin), those cells split by the blocks' agreement, and lookup's
+(lookup's match x the drafter's confidence bin; a thin cell keeps the drafter here, where the runtime falls
+back to its marginal tables), those cells split by the blocks' agreement, and lookup's
 match x agreement. (`mean_accepted.hybrid` is the runtime's rule itself, thin cells falling back to its
 marginal tables.)
 Usage: python scripts/hybrid_ceiling.py [--drafter reference] [--target reference] [--data data/regen-v2]
@@ -66,7 +67,7 @@ report = {"command": " ".join(["python", *sys.argv]),
           "lookup_further_share": float((rounds["lookup"] > rounds["drafter"]).mean()),
           "drafter_further_share": float((rounds["drafter"] > rounds["lookup"]).mean()),
           "by_agreement": cal["by_agreement"],
-          "held_out_rule": {"match x confidence bin (the runtime's)": held_out(base),
+          "held_out_rule": {"match x confidence bin (the runtime's cells)": held_out(base),
                             "match x confidence bin x agreement": held_out(with_agree),
                             "match x agreement": held_out(np.stack([rounds["match"], rounds["agree"]], 1))}}
 print(json.dumps(report, indent=1))

@@ -6,6 +6,7 @@ evicts their weights and activations; each session's pool wakes for its call). G
 Usage: python scripts/loop_graph_ms.py EXPORT [EXPORT ...] [--prompts 4] > results/loop_graph_ms.json"""
 
 import argparse
+import datetime
 import json
 from collections import defaultdict
 
@@ -21,7 +22,8 @@ ap.add_argument("--threads", type=int, default=2)
 args = ap.parse_args()
 
 buckets = tuple(int(b) for b in args.buckets.split(","))
-report = {"threads": args.threads, "prompts_per_bucket": args.prompts, "max_new_tokens": 64, "exports": []}
+cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+report = {"cpu": cpu, "date": datetime.date.today().isoformat(), "threads": args.threads, "prompts_per_bucket": args.prompts, "max_new_tokens": 64, "exports": []}
 for folder in args.exports:
     rt = Runtime(folder, threads=args.threads)
     cfg = BenchConfig(artifacts=(rt.folder,), buckets=buckets, prompts_per_bucket=args.prompts, max_new_tokens=64)

@@ -33,14 +33,15 @@ def test_calibration_tables_hold_what_was_measured():
 
 
 def test_by_agreement_counts_where_the_blocks_part_and_who_went_further():
-    r = {"expected": np.full(6, 3.0), "match": np.full(6, 2.0),
-         "drafter": np.asarray([7.0, 2, 5, 1, 1, 3]), "lookup": np.asarray([7.0, 5, 2, 1, 3, 1]),
-         "agree": np.asarray([7, 2, 2, 1, 1, 1])}
+    r = {"expected": np.full(7, 3.0), "match": np.full(7, 2.0),
+         "drafter": np.asarray([7.0, 2, 6, 5, 1, 1, 3]), "lookup": np.asarray([7.0, 6, 2, 2, 1, 4, 1]),
+         "agree": np.asarray([7, 2, 2, 2, 1, 1, 1])}
     rows = calibration(r)["by_agreement"]
-    assert [row["agree"] for row in rows] == list(range(8)) and sum(row["rounds"] for row in rows) == 6
-    assert rows[2] == {"agree": 2, "rounds": 2, "drafter": 3.5, "lookup": 3.5, "lookup_further": 0.5,
-                       "drafter_further": 0.5}
-    assert rows[1]["rounds"] == 3 and rows[1]["lookup_further"] == rows[1]["drafter_further"] == 1 / 3
+    assert [row["agree"] for row in rows] == list(range(8)) and sum(row["rounds"] for row in rows) == 7
+    assert rows[2] == {"agree": 2, "rounds": 3, "drafter": 13 / 3, "lookup": 10 / 3, "lookup_further": 1 / 3,
+                       "drafter_further": 2 / 3}
+    assert rows[1] == {"agree": 1, "rounds": 3, "drafter": 5 / 3, "lookup": 2.0, "lookup_further": 1 / 3,
+                       "drafter_further": 1 / 3}
     assert rows[7]["lookup_further"] == rows[7]["drafter_further"] == 0.0 and rows[0]["rounds"] == 0
     assert "by_agreement" not in calibration({k: v for k, v in r.items() if k != "agree"})
 

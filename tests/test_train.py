@@ -328,7 +328,8 @@ def test_hybrid_from_calibration_to_the_loop(corpus, both_formats, tmp_path, cap
                        response_anchors(data.prompt_len, data.tokens.shape[1], data.length))
     least = np.minimum(r["drafter"], r["lookup"])
     part = r["drafter"] != r["lookup"]
-    assert len(r["agree"]) == cal["rounds"] and (r["agree"] >= least).all() and (r["agree"][part] == least[part]).all()
+    assert len(r["agree"]) == cal["rounds"] and part.any()  # rounds where one block went further exist
+    assert (r["agree"] >= least).all() and (r["agree"][part] == least[part]).all()
     out = tmp_path / "exp"
     assert main(["export", "--target", str(run / "model"), "--drafter", str(drafter), "--out", str(out),
                  "--format", "onnx", "--max-context", "96", "--prefill-chunk", "16"]) == 0
