@@ -1,6 +1,8 @@
 """Hybrid drafting's rule (issue 14): constants from measured rounds, the larger expectation wins."""
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hyflash.models.hybrid import (BIN_EDGES, bin_index, calibration, choose_lookup, drafter_expected, held_out_hybrid,
                                    hybrid_rounds, reliability, skip_drafter, skipped_matches, tables)
@@ -140,6 +142,22 @@ def test_reliability_bins_cover_every_round():
     bins = reliability(e, e)
     assert len(bins) == len(BIN_EDGES) - 1 and sum(b["rounds"] for b in bins) == 50
     assert all(b["predicted"] == b["realised"] for b in bins if b["rounds"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.integers(1, 8), st.integers(1, 4))
+def test_lookup_is_the_latest_occurrence_of_the_longest_suffix(history, block, max_ngram):
+    """Against the definition, by brute force: for n = max_ngram..1, the latest earlier occurrence of the
+    history's last n tokens (it must end before the anchor), and the tokens after it, padded with the last."""
+    want, want_n = [history[-1]] * block, 0
+    for n in range(min(max_ngram, len(history) - 1), 0, -1):
+        starts = [i for i in range(len(history) - n) if history[i:i + n] == history[-n:]]
+        if starts:
+            follow = history[starts[-1] + n:starts[-1] + n + block]
+            want, want_n = follow + [follow[-1]] * (block - len(follow)), n
+            break
+    got, n = lookup(history, block, max_ngram)
+    assert (got.tolist(), n) == (want, want_n) and got.dtype == np.int64
 
 
 def test_lookup_reports_its_match_length():
