@@ -2,12 +2,17 @@
 (`hyflash profile`): what a round's neighbours cost a graph (the target's verify between two drafter calls
 evicts their weights and activations; each session's pool wakes for its call). Greedy, held-out prompts
 (64 tokens, 4 per bucket), the drafter and target-only in turn on one Runtime; the isolated figures are
-`hyflash profile`'s medians at the bucket's lower edge. Measure on an idle machine.
-Usage: python scripts/loop_graph_ms.py EXPORT [EXPORT ...] [--prompts 4] > results/loop_graph_ms.json"""
+`hyflash profile`'s medians at the bucket's lower edge. --twice adds a pass in which every drafter call of the
+loop runs again at once (the same inputs; a drafter graph reads the current context copy and writes the other,
+so the repeat changes nothing) and reports both calls' medians: what a graph costs when the call before it was
+another graph, and when it was the same one. Measure on an idle machine.
+Usage: python scripts/loop_graph_ms.py EXPORT [EXPORT ...] [--prompts 4] [--twice] > results/loop_graph_ms.json"""
 
 import argparse
 import datetime
 import json
+import statistics
+import time
 from collections import defaultdict
 
 from hyflash.runtime_py.bench import BenchConfig, export_tokenizer, make_prompts, source_texts
@@ -19,11 +24,36 @@ ap.add_argument("exports", nargs="+")
 ap.add_argument("--buckets", default="256,512,1024,2048")
 ap.add_argument("--prompts", type=int, default=4)
 ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--twice", action="store_true", help="also time each drafter call and an immediate repeat of it")
 args = ap.parse_args()
 
 buckets = tuple(int(b) for b in args.buckets.split(","))
+def call_then_repeat(rt: Runtime, bucket: list[list[int]]) -> dict:
+    """Greedy generation with every drafter call run twice in a row: each graph's median first and second call."""
+    first, second = defaultdict(list), defaultdict(list)
+    run = rt._run
+
+    def twice(graph, call, stats):
+        if stats is None or stats.phase != "decode" or graph.startswith("target_"):
+            return run(graph, call, stats)
+        for times in (first, second):
+            t = time.perf_counter()
+            call.run()
+            times[graph].append((time.perf_counter() - t) * 1e3)
+
+    rt._run = twice
+    try:
+        for prompt in bucket:
+            for _ in rt.generate(prompt, GenerationConfig(max_new_tokens=64, draft="model", ignore_eos=True), Stats()):
+                pass
+    finally:
+        del rt._run
+    return {g: {"first": statistics.median(first[g]), "repeat": statistics.median(second[g])} for g in first}
+
+
 cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-report = {"cpu": cpu, "date": datetime.date.today().isoformat(), "threads": args.threads, "prompts_per_bucket": args.prompts, "max_new_tokens": 64, "exports": []}
+report = {"cpu": cpu, "date": datetime.date.today().isoformat(), "threads": args.threads,
+          "prompts_per_bucket": args.prompts, "max_new_tokens": 64, "exports": []}
 for folder in args.exports:
     rt = Runtime(folder, threads=args.threads)
     cfg = BenchConfig(artifacts=(rt.folder,), buckets=buckets, prompts_per_bucket=args.prompts, max_new_tokens=64)
@@ -46,6 +76,8 @@ for folder in args.exports:
                         ms[k], calls[k] = ms[k] + v, calls[k] + st.graph_calls[k]
             row[draft] = {"in_loop_ms": {k: ms[k] / calls[k] for k in ms}, "ms_per_round": wall / rounds,
                           "graph_ms_per_round": sum(ms.values()) / rounds}
+        if args.twice:
+            row["drafter_call_then_repeat_ms"] = call_then_repeat(rt, bucket)
         rows.append(row)
     report["exports"].append({"export": folder, "rows": rows})
 print(json.dumps(report, indent=1))
