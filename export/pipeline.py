@@ -26,8 +26,8 @@ from tqdm import tqdm
 from hyflash import __version__
 from hyflash.export.graphs import FLOAT_DTYPES, cache_spec, check_dtype, graph_specs
 from hyflash.export.lower import OnnxWeights, export_onnx_graph, export_pte
-from hyflash.export.quantize import (DRAFTER_MODES, EMBEDDING_MODES, TARGET_MODES, quantize_module, quantize_onnx,
-                                     quantize_vocab_onnx)
+from hyflash.export.quantize import (DRAFTER_EMBEDDING_MODES, DRAFTER_MODES, EMBEDDING_MODES, TARGET_MODES,
+                                     quantize_module, quantize_onnx, quantize_vocab_onnx)
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.files import sha256, write_json_atomic
 from hyflash.models.generation import TALK_FILES, end_of_text_ids, generation_config
@@ -55,7 +55,8 @@ class ExportConfig:
     prefill_chunk: int = 64
     quantize: str = "none"  # the drafter: none | int8 | int4
     quantize_target: str = "none"  # none | int4 (forms that keep the rows of a block independent)
-    quantize_embeddings: str = "none"  # none | int8 | int4: both models' vocabulary tables
+    quantize_embeddings: str = "none"  # none | int8 | int4: both models' vocabulary tables; drafter-int8 |
+    # drafter-int4: only the drafter's graphs read quantized copies (ONNX), the target's keep theirs
     dtype: str = "fp32"  # fp32 | fp16: weights, graph I/O and the KV cache
     seed: int = 0
     force: bool = False
@@ -72,13 +73,23 @@ class ExportConfig:
             raise ValueError(f"--quantize must be one of {', '.join(DRAFTER_MODES)}, got {self.quantize!r}")
         if self.quantize_target not in TARGET_MODES:
             raise ValueError(f"--quantize-target must be one of {', '.join(TARGET_MODES)}, got {self.quantize_target!r}")
-        if self.quantize_embeddings not in EMBEDDING_MODES:
-            raise ValueError(f"--quantize-embeddings must be one of {', '.join(EMBEDDING_MODES)}, "
-                             f"got {self.quantize_embeddings!r}")
+        modes = (*EMBEDDING_MODES, *DRAFTER_EMBEDDING_MODES)
+        if self.quantize_embeddings not in modes:
+            raise ValueError(f"--quantize-embeddings must be one of {', '.join(modes)}, got {self.quantize_embeddings!r}")
+        if self.quantize_embeddings in DRAFTER_EMBEDDING_MODES and "pte" in self.formats:
+            raise ValueError(f"--quantize-embeddings {self.quantize_embeddings} is ONNX only (a .pte holds one copy of "
+                             "the tables both models read); add --format onnx, or quantize both models' tables "
+                             f"(--quantize-embeddings {self.embeddings('drafter')})")
         check_dtype(self.dtype, self.quantize, self.quantize_target, self.quantize_embeddings)
 
     def mode(self, model: str) -> str:
         return self.quantize if model == "drafter" else self.quantize_target
+
+    def embeddings(self, model: str) -> str:
+        """How `model`'s graphs hold the vocabulary tables: none | int8 | int4."""
+        if self.quantize_embeddings in DRAFTER_EMBEDDING_MODES:
+            return self.quantize_embeddings.removeprefix("drafter-") if model == "drafter" else "none"
+        return self.quantize_embeddings
 
 
 def load_models(target_dir: Path, drafter_src: str, window: int | None, seed: int) -> tuple[Target, Drafter]:
@@ -148,7 +159,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                          "outputs": [t.to_json() for t in s.outputs]} for name, s in specs.items()}
         weights = OnnxWeights(tmp / "onnx") if "onnx" in cfg.formats else None
         vocab_weight = (target.lm_head.weight.detach().float().T.contiguous().numpy()  # int4 leaves it fp32
-                        if "int4" in (cfg.quantize, cfg.quantize_target) and cfg.quantize_embeddings == "none"
+                        if any(cfg.mode(m) == "int4" and cfg.embeddings(m) == "none" for m in ("drafter", "target"))
                         else None)  # quantized tables are MatMulNBits before the int4 pass
         tables = vocabulary_tables(target, drafter) if cfg.quantize_embeddings != "none" else []
         for label, key in bar:
@@ -163,8 +174,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                 mode = cfg.mode(model)
                 graphs[key]["onnx"] = export_onnx_graph(
                     specs[key], target, drafter, max_context, weights,
-                    lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.quantize_embeddings, tables, model), mode, model,
-                                            vocab_weight=vocab_weight))
+                    lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.embeddings(model), tables, model), mode, model,
+                                            vocab_weight=vocab_weight if cfg.embeddings(model) == "none" else None))
             else:
                 _pte(cfg, list(specs.values()), target, drafter, max_context, tmp / PTE_FILE)
         if "pte" in cfg.formats:
@@ -283,7 +294,7 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "cache": cache_spec(target, max_context, FLOAT_DTYPES[cfg.dtype]),
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
                          "embeddings": cfg.quantize_embeddings,
-                         "pte_kernels": list(QUANTIZED_EMBEDDING_KERNELS[cfg.quantize_embeddings]),
+                         "pte_kernels": list(QUANTIZED_EMBEDDING_KERNELS[cfg.embeddings("target")]),
                          "onnx": {"int8": "dynamic int8 (MatMulInteger)",
                                   "int4": "MatMulNBits, int4 weights in groups of 32, asymmetric; the drafter's "
                                           "accuracy_level 4 (int8 activations per row and block), the target's 0 "

@@ -192,6 +192,7 @@ def quantized_op_counts(proto) -> dict[str, int]:
 # ---------------------------------------------------------------- vocabulary tables (--quantize-embeddings)
 
 EMBEDDING_MODES = ("none", "int8", "int4")
+DRAFTER_EMBEDDING_MODES = ("drafter-int8", "drafter-int4")  # the drafter's graphs only: the target stays exact
 BITS = {"int8": 8, "int4": 4}
 
 

@@ -292,8 +292,11 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     kinds = backends or tuple(k for k, key in (("onnxruntime", "onnx"), ("executorch", "pte"))
                               if any(g.get(key) for g in manifest["graphs"].values()))
     quant = dict(manifest["quantization"])
-    if quant.get("embeddings", "none") != "none":  # both models' vocabulary tables: judge both by agreement
-        quant = {m: quant[m] if quant[m] != "none" else f"embeddings {quant['embeddings']}" for m in ("drafter", "target")}
+    tables = quant.get("embeddings", "none")
+    if tables != "none":  # quantized vocabulary tables: judge the models whose graphs read them by agreement
+        readers = ("drafter",) if tables.startswith("drafter-") else ("drafter", "target")
+        quant = {m: f"embeddings {tables}" if quant[m] == "none" and m in readers else quant[m]
+                 for m in ("drafter", "target")}
     by_agreement = {g for g, s in specs.items() if quant[s.model] != "none"}  # a quantized model: all its graphs
     if manifest["cache"]["dtype"] == "float16" and quant["drafter"] == "none":
         # fp16 rounding flips near-ties in draft_read's argmax chain (each slot's Markov bias follows the slot

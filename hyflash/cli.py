@@ -642,8 +642,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-chunk", type=_positive(), default=64)
     p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none", help="the drafter")
     p.add_argument("--quantize-target", choices=["none", "int4"], default="none")
-    p.add_argument("--quantize-embeddings", choices=["none", "int8", "int4"], default="none",
-                   help="both models' vocabulary tables: embedding, LM head, Markov head")
+    p.add_argument("--quantize-embeddings", choices=["none", "int8", "int4", "drafter-int8", "drafter-int4"],
+                   default="none", help="both models' vocabulary tables: embedding, LM head, Markov head; "
+                   "drafter-int8|drafter-int4: only the drafter's graphs read quantized copies, the target's graphs "
+                   "keep theirs (ONNX only)")
     p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32",
                    help="the graphs' float dtype, weights, I/O and KV cache alike (bf16 is refused: no CPU backend "
                         "here runs it)")

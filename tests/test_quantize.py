@@ -278,3 +278,31 @@ def test_int8_embeddings_with_an_int8_drafter(qwen3_dir, tmp_path):
     prompt = np.random.default_rng(3).integers(3, 96, 17).tolist()
     out_tokens = tokens_by_draft(runtime, prompt, 30)
     assert out_tokens["model"] == out_tokens["none"]
+
+
+def test_drafter_only_tables_leave_the_target_exact(qwen3_dir, both_formats, tmp_path, capsys):
+    """--quantize-embeddings drafter-int4: the drafter's graphs read int4 copies of the vocabulary tables, the
+    target's graphs keep fp32 ones (no quantized node; validated by parity, the drafter by agreement); the loop is
+    exact; a .pte is refused in one line."""
+    out = _export(qwen3_dir, tmp_path / "d4", "none", embeddings="drafter-int4")
+    for graph in ("target_prefill", "target_verify", "target_decode"):
+        proto = onnx.load(out / "onnx" / f"{graph}.onnx", load_external_data=False)
+        assert _table_nodes(proto, 96) == [] and not quantized_op_counts(proto), graph
+    roles = {(role, bits) for role, bits, _ in
+             _table_nodes(onnx.load(out / "onnx" / "draft_read.onnx", load_external_data=False), 96)}
+    assert roles == {("lookup", 4), ("head", 4)}
+    q = load_manifest(out)["quantization"]
+    assert (q["embeddings"], q["drafter"], q["target"], q["pte_kernels"]) == ("drafter-int4", "none", "none", [])
+    rows = summarize(validate(out, min_agreement=0.5))
+    assert all(r.ok for r in rows)
+    kinds = {r.graph: r.kind for r in rows if r.kind != "info"}
+    assert kinds["target_decode"] == kinds["target_verify"] == "parity" and kinds["draft_read"] == "agreement"
+    prompt = np.random.default_rng(5).integers(3, 96, 19).tolist()
+    mine, fp32 = tokens_by_draft(Runtime(out), prompt, 30), tokens_by_draft(Runtime(both_formats), prompt, 30)
+    assert mine["model"] == mine["none"] == fp32["none"]  # the target's own tokens, as fp32's
+    capsys.readouterr()
+    args = ["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(tmp_path / "pte"),
+            "--format", "pte", "--quantize-embeddings", "drafter-int4"]
+    assert main(args) == 2 and not (tmp_path / "pte").exists()
+    err = capsys.readouterr().err
+    assert "drafter-int4 is ONNX only" in err and err.count("\n") == 1
