@@ -45,10 +45,10 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchora
         for row, (a, labels, states, prev, conf, copy) in zip(rows.numpy(), model.predict(rows, allowed)):
             guess = chunked_head_loss(drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
                                       tuple(x.flatten() for x in copy) if copy is not None else None)[1]
-            chain_ok = (guess.view_as(labels) == labels).int().cumprod(-1)  # (A, 7)
+            guess = guess.view_as(labels)  # (A, 7)
             out["expected"] += conf.sum(-1).tolist()
-            out["drafter"] += chain_ok.sum(-1).tolist()
-            for anchor, chain, drafts in zip(a.tolist(), labels.numpy(), guess.view_as(labels).numpy()):
+            out["drafter"] += (guess == labels).int().cumprod(-1).sum(-1).tolist()
+            for anchor, chain, drafts in zip(a.tolist(), labels.numpy(), guess.numpy()):
                 block, n = lookup(row[:anchor + 1], drafter.cfg.block)
                 out["match"].append(n)
                 out["lookup"].append(accepted(block, chain))
