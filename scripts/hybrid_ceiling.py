@@ -2,10 +2,13 @@
 training rounds as `hyflash calibrate` measures them (on 512 greedy rows by default, the calibration's 256
 among them; this writes nothing into the drafter folder). Reports the drafter alone, lookup alone, the better of the two each round (an oracle),
 the rounds by how many leading drafts the two blocks share (`by_agreement`), and the held-out mean of
-three cell rules, each half of the rows judged by cells fitted on the other half: the runtime's cells
+four cell rules, each half of the rows judged by cells fitted on the other half: the runtime's cells
 (lookup's match x the drafter's confidence bin; a thin cell keeps the drafter here, where the runtime falls
-back to its marginal tables), those cells split by the blocks' agreement, and lookup's
-match x agreement. (`mean_accepted.hybrid` is the runtime's rule itself, thin cells falling back to its
+back to its marginal tables), those cells split by the blocks' agreement, lookup's match x agreement,
+and agreement x the drafter's confidence at the slot where the two blocks part (c_{a+1} / c_a: the
+probability, by its own head, that its first draft unlike lookup's is right) x match. `parting_slot`
+shows why none finds the rounds lookup wins: the rounds with the lowest confidence at the parting slot,
+and how often each block went further there. (`mean_accepted.hybrid` is the runtime's rule itself, thin cells falling back to its
 marginal tables.)
 Usage: python scripts/hybrid_ceiling.py [--drafter reference] [--target reference] [--data data/regen-v2]
          [--rows 512] > results/hybrid_ceiling.json"""
@@ -58,6 +61,25 @@ def held_out(keys: np.ndarray) -> float:
     return float(got.mean())
 
 
+def parting_confidence(conf: np.ndarray, agree: np.ndarray) -> np.ndarray:
+    """c_{a+1} / c_a per round (c_0 = 1), a = the leading drafts the two blocks share (the last slot where
+    they share all): the drafter's own probability that its first draft unlike lookup's is right."""
+    ext = np.concatenate([np.ones((len(conf), 1)), conf], 1)
+    a = np.minimum(agree.astype(int), conf.shape[1] - 1)
+    at = np.arange(len(conf))
+    return ext[at, a + 1] / np.maximum(ext[at, a], 1e-9)
+
+
+parting = parting_confidence(rounds["confidence"], rounds["agree"])
+parts = rounds["agree"] < rounds["confidence"].shape[1]
+lowest = []
+for share in (0.05, 0.1, 0.2, 0.5):
+    hit = parts & (parting <= np.quantile(parting[parts], share))
+    d, lk = rounds["drafter"][hit], rounds["lookup"][hit]
+    lowest.append({"lowest_share_of_parting_rounds": share, "rounds": int(hit.sum()),
+                   "lookup_further": float((lk > d).mean()), "drafter_further": float((d > lk).mean()),
+                   "gain_per_round_if_lookup_there": float((lk - d).sum() / len(parting))})
+parting_bin = np.digitize(parting, [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9])
 base = np.stack([rounds["match"], bin_index(rounds["expected"])], 1)
 with_agree = np.column_stack([base, rounds["agree"]])
 report = {"command": " ".join(["python", *sys.argv]),
@@ -69,5 +91,8 @@ report = {"command": " ".join(["python", *sys.argv]),
           "by_agreement": cal["by_agreement"],
           "held_out_rule": {"match x confidence bin (the runtime's cells)": held_out(base),
                             "match x confidence bin x agreement": held_out(with_agree),
-                            "match x agreement": held_out(np.stack([rounds["match"], rounds["agree"]], 1))}}
+                            "match x agreement": held_out(np.stack([rounds["match"], rounds["agree"]], 1)),
+                            "agreement x parting-slot confidence bin x match":
+                                held_out(np.stack([rounds["agree"], parting_bin, np.minimum(rounds["match"], 4)], 1))},
+          "parting_slot": lowest}
 print(json.dumps(report, indent=1))

@@ -29,8 +29,8 @@ def accepted(block: np.ndarray, chain: np.ndarray) -> int:
 @torch.no_grad()
 def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchorable: np.ndarray,
                    anchors: int = 48, batch: int = 4) -> dict[str, np.ndarray]:
-    """Every anchor of every row as a round: the drafter's expected and realised accepted drafts,
-    lookup's match length and realised accepted drafts, and how many leading drafts the two blocks share
+    """Every anchor of every row as a round: the drafter's expected and realised accepted drafts (and its
+    per-slot confidences, `confidence`: rounds x block), lookup's match length and realised accepted drafts, and how many leading drafts the two blocks share
     (`agree`). Rows must be greedy (labels = next tokens). The drafter's block is read off the target's
     chain (teacher-forced), which is its own up to its first miss; so `agree` is exact wherever the two
     blocks accept different lengths, and past a miss both share it is the teacher-forced block's."""
@@ -38,7 +38,7 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchora
         raise ValueError("this drafter has no confidence head (trained with --no-confidence); hybrid drafting "
                          "needs its per-slot probabilities")
     model = Distill(drafter.eval(), target.eval(), anchors)
-    out = {"expected": [], "drafter": [], "match": [], "lookup": [], "agree": []}
+    out = {"expected": [], "confidence": [], "drafter": [], "match": [], "lookup": [], "agree": []}
     for i in range(0, len(tokens), batch):
         rows = torch.from_numpy(tokens[i:i + batch].astype(np.int64))
         allowed = torch.from_numpy(anchorable[i:i + batch])
@@ -47,6 +47,7 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchora
                                       tuple(x.flatten() for x in copy) if copy is not None else None)[1]
             guess = guess.view_as(labels)  # (A, 7)
             out["expected"] += conf.sum(-1).tolist()
+            out["confidence"] += conf.tolist()
             out["drafter"] += (guess == labels).int().cumprod(-1).sum(-1).tolist()
             for anchor, chain, drafts in zip(a.tolist(), labels.numpy(), guess.numpy()):
                 block, n = lookup(row[:anchor + 1], drafter.cfg.block)
