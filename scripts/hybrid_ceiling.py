@@ -63,7 +63,10 @@ def held_out(keys: np.ndarray) -> float:
 
 def parting_confidence(conf: np.ndarray, agree: np.ndarray) -> np.ndarray:
     """c_{a+1} / c_a per round (c_0 = 1), a = the leading drafts the two blocks share (the last slot where
-    they share all): the drafter's own probability that its first draft unlike lookup's is right."""
+    they share all): the drafter's own probability that its first draft unlike lookup's is right (its head is
+    trained on "every draft up to slot k right"). The sigmoids are not forced to fall slot by slot, so a ratio
+    can pass 1 (the top bin); where the blocks share all seven (a = 7) it is meaningless, and such rounds are
+    left out of `parting_slot` and gain nothing from either block in the cells."""
     ext = np.concatenate([np.ones((len(conf), 1)), conf], 1)
     a = np.minimum(agree.astype(int), conf.shape[1] - 1)
     at = np.arange(len(conf))
@@ -93,6 +96,6 @@ report = {"command": " ".join(["python", *sys.argv]),
                             "match x confidence bin x agreement": held_out(with_agree),
                             "match x agreement": held_out(np.stack([rounds["match"], rounds["agree"]], 1)),
                             "agreement x parting-slot confidence bin x match":
-                                held_out(np.stack([rounds["agree"], parting_bin, np.minimum(rounds["match"], 4)], 1))},
+                                held_out(np.stack([rounds["agree"], parting_bin, rounds["match"]], 1))},
           "parting_slot": lowest}
 print(json.dumps(report, indent=1))

@@ -1,5 +1,6 @@
 """One onnxruntime thread pool shared by the six sessions (onnxruntime's global thread pools,
-`use_per_session_threads` off) against the runtime's per-session pools. A process can hold only one of the
+`use_per_session_threads` off; it keeps spinning between calls, which only a session's own pool can be told
+not to) against the runtime's per-session pools (spinning within a call only). A process can hold only one of the
 two (once global pools exist, every session must use them), so each run is one policy in its own process:
 call it alternately, e.g. `for r in 1 2 3; do for p in runtime global-pool; do python
 scripts/ort_global_pool_ab.py $p EXPORT; done; done >> results/x.jsonl`. Per context, 6 held-out
@@ -31,7 +32,9 @@ if args.policy == "global-pool":
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         opts.use_per_session_threads = False
-        opts.add_session_config_entry("session.force_spinning_stop", "1")  # as the runtime's pools
+        # onnxruntime honours force_spinning_stop only for a session's own pool: the shared pool keeps
+        # spinning between calls (onnxruntime/core/session/inference_session.cc, control_spinning)
+        opts.add_session_config_entry("session.force_spinning_stop", "1")
         return opts
     backends.ort_session_options = global_pool  # read when the Runtime opens its sessions
 rt = Runtime(args.export, threads=args.threads)

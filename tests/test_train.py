@@ -332,7 +332,7 @@ def test_hybrid_from_calibration_to_the_loop(corpus, both_formats, tmp_path, cap
     assert (r["agree"] >= least).all() and (r["agree"][part] == least[part]).all()
     # the per-slot confidences behind `expected`: one row a round, a probability a slot, summing to it
     assert r["confidence"].shape == (len(r["expected"]), 7)
-    assert ((r["confidence"] > 0) & (r["confidence"] < 1)).all()
+    assert ((r["confidence"] >= 0) & (r["confidence"] <= 1)).all()
     np.testing.assert_allclose(r["confidence"].sum(1), r["expected"], rtol=1e-5)
     out = tmp_path / "exp"
     assert main(["export", "--target", str(run / "model"), "--drafter", str(drafter), "--out", str(out),
