@@ -22,7 +22,6 @@ import numpy as np
 from tokenizers import Tokenizer
 
 import hyflash.runtime_py.backends as backends
-from hyflash.runtime_py.bench import source_texts
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 
 
@@ -70,7 +69,7 @@ for name, policy in POLICIES.items():
     backends.ort_session_options = policy  # read when the Runtime opens its sessions
     runtimes[name] = Runtime(args.export, threads=args.threads)
 backends.ort_session_options = POLICIES["runtime"]
-ids = Tokenizer.from_file(f"{args.export}/tokenizer.json").encode("\n".join(source_texts(None))).ids
+ids = Tokenizer.from_file(f"{args.export}/tokenizer.json").encode(open("data/corpus/heldout.txt").read()).ids
 report = {"export": args.export, "threads": args.threads, "machine": machine(),
           "new_tokens": 64, "rows": []}
 rng = np.random.default_rng(0)
