@@ -120,3 +120,7 @@ evaluate copy9 target_v3_copy9.json 2
 #                19 / 24 / 28%, copy rate 26 / 37 / 47%: no further gain (results/target_v3_copy9b.json, 8 loss windows).
 LR=3e-4 stage copy9b checkpoints/target-v3-copy9 copy9 150 150 4 2048 2 50 10
 WINDOWS=8 evaluate copy9b target_v3_copy9b.json 2
+#   L copy6b     the embedded recipe longer: 800 more steps of copy6 from the embedded weights (fresh schedule, lr
+#                3e-4, 2 threads, ~80 min): does the greedy copy rate keep rising with budget (results/target_v3_copy6b.json)?
+LR=3e-4 stage copy6b checkpoints/target-v3h-copy6 copy6 800 800 4 2048 2 100 10
+evaluate copy6b target_v3_copy6b.json 2
