@@ -124,3 +124,12 @@ WINDOWS=8 evaluate copy9b target_v3_copy9b.json 2
 #                3e-4, 2 threads, ~80 min): does the greedy copy rate keep rising with budget (results/target_v3_copy6b.json)?
 LR=3e-4 stage copy6b checkpoints/target-v3h-copy6 copy6 800 800 4 2048 2 100 10
 evaluate copy6b target_v3_copy6b.json 2
+#                Better than the embedded target on every bar (loss 2.552, far positions 0.131 nats lower, copy
+#                29 / 44 / 51%); the in-training copy probes flat after step 300. Not installed (the drafters read
+#                the target's features). Its weights (bf16), kept:
+[ -f checkpoints/target-v3-copy6b/config.json ] || { mkdir -p checkpoints/target-v3-copy6b && \
+  cp runs/target-v3-copy6b/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3-copy6b/; }
+#   M copy6c     the same recipe 800 steps more, from L's weights (fresh schedule, lr 3e-4, 2 threads): 1,600 steps
+#                of copy6 beyond the embedded target (results/target_v3_copy6c.json).
+LR=3e-4 stage copy6c checkpoints/target-v3-copy6b copy6 800 800 4 2048 2 100 10
+evaluate copy6c target_v3_copy6c.json 2
