@@ -121,10 +121,10 @@ evaluate copy9 target_v3_copy9.json 2
 LR=3e-4 stage copy9b checkpoints/target-v3-copy9 copy9 150 150 4 2048 2 50 10
 WINDOWS=8 evaluate copy9b target_v3_copy9b.json 2
 #   L copy6b     the embedded recipe longer: 800 more steps of copy6 from the embedded weights (fresh schedule, lr
-#                3e-4, 2 threads, ~80 min): does the greedy copy rate keep rising with budget (results/target_v3_copy6b.json)?
+#                3e-4, 2 threads, 64 min): does the greedy copy rate keep rising with budget (results/target_v3_copy6b.json)?
 LR=3e-4 stage copy6b checkpoints/target-v3h-copy6 copy6 800 800 4 2048 2 100 10
 evaluate copy6b target_v3_copy6b.json 2
-#                Better than the embedded target on every bar (loss 2.552, far positions 0.131 nats lower, copy
+#                Ahead of the embedded target on every bar (loss 2.552, far positions 0.131 nats below 128-256, copy
 #                29 / 44 / 51%); the in-training copy probes flat after step 300. Not installed (the drafters read
 #                the target's features). Its weights (bf16), kept:
 [ -f checkpoints/target-v3-copy6b/config.json ] || { mkdir -p checkpoints/target-v3-copy6b && \
