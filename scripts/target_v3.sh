@@ -44,6 +44,9 @@ evaluate() {  # stage-name result.json threads [target folder] (WINDOWS=..., def
     --copy-fillers 256,768,1536 --copy-probes 16 --json > "results/$2.part"
   mv "results/$2.part" "results/$2"
 }
+keep() {  # stage-name folder: a stage's weights (bf16) kept in the repository
+  [ -f "$2/config.json" ] || { mkdir -p "$2" && cp runs/target-v3-$1/model/{config.json,model.safetensors,tokenizer.json} "$2/"; }
+}
 stage offset runs/target-v2-1000 offset 300 125 16 256 1 50 10
 stage induction runs/target-v3-offset/model induction 400 200 16 256 1 25 10
 stage copy3 runs/target-v3-induction/model copy3 450 175 4 2048 2 50 20
@@ -85,11 +88,9 @@ evaluate copy6 target_v3_copy6.json 1
 evaluate copy6 target_v3_copy6_600.json 1
 
 # checkpoints/target-v3h: H's weights (bf16), kept in the repository
-[ -f checkpoints/target-v3h/config.json ] || { mkdir -p checkpoints/target-v3h && \
-  cp runs/target-v3-copy5c/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3h/; }
+keep copy5c checkpoints/target-v3h
 # checkpoints/target-v3h-copy6: H' at 600 steps (bf16), the second-generation target (scripts/reference_v2.sh)
-[ -f checkpoints/target-v3h-copy6/config.json ] || { mkdir -p checkpoints/target-v3h-copy6 && \
-  cp runs/target-v3-copy6/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3h-copy6/; }
+keep copy6 checkpoints/target-v3h-copy6
 
 # Session 17: greedy copies break at their first miss (results/target_v3_copy6_breakdown.json: after it, 4-13% of
 # the copy's tokens match). Each stage below starts from the committed second-generation weights, 2 threads; the
@@ -109,8 +110,7 @@ WINDOWS=8 evaluate copy8 target_v3_copy8_200.json 2
 LR=5e-4 stage copy9 checkpoints/target-v3h-copy6 copy9 400 400 4 2048 2 50 10
 evaluate copy9 target_v3_copy9.json 2
 # checkpoints/target-v3-copy9: K's weights (bf16), kept for a longer run of copy9 (--init-from)
-[ -f checkpoints/target-v3-copy9/config.json ] || { mkdir -p checkpoints/target-v3-copy9 && \
-  cp runs/target-v3-copy9/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3-copy9/; }
+keep copy9 checkpoints/target-v3-copy9
 # (tried, not kept): 150 steps of `recover` (random-token rows with edited copies) from the same weights broke the
 # copying there was (random-token induction 99% -> 5% in the run's own probes, held-out loss on 4 windows 5.4):
 #   $H train-target --init-from checkpoints/target-v3h-copy6 --curriculum recover --probe-every 50 \
@@ -127,8 +127,7 @@ evaluate copy6b target_v3_copy6b.json 2
 #                Ahead of the embedded target on every bar (loss 2.552, far positions 0.131 nats below 128-256, copy
 #                29 / 44 / 51%); the in-training copy probes flat after step 300. Not installed (the drafters read
 #                the target's features). Its weights (bf16), kept:
-[ -f checkpoints/target-v3-copy6b/config.json ] || { mkdir -p checkpoints/target-v3-copy6b && \
-  cp runs/target-v3-copy6b/model/{config.json,model.safetensors,tokenizer.json} checkpoints/target-v3-copy6b/; }
+keep copy6b checkpoints/target-v3-copy6b
 #   M copy6c     the same recipe 800 steps more, from L's weights (fresh schedule, lr 3e-4, 2 threads): 1,600 steps
 #                of copy6 beyond the embedded target (results/target_v3_copy6c.json).
 LR=3e-4 stage copy6c checkpoints/target-v3-copy6b copy6 800 800 4 2048 2 100 10
