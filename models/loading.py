@@ -190,8 +190,15 @@ def save_target(model: Target, folder: str | Path, raw_config: dict, dtype=torch
 
 
 def resolve(path_or_name: str | Path, kind: str) -> Path:
-    """A folder path, or the embedded model of that name (`kind` is "target" or "drafter")."""
+    """A folder path, the embedded model of that name (`kind` is "target" or "drafter"), or for a target the
+    name of a pullable model (`hyflash.models.pull`)."""
     name = str(path_or_name)
+    if kind == "target" and not Path(name).exists():
+        from hyflash.models.pull import resolve_pullable
+
+        pulled = resolve_pullable(name)  # a pullable model's name: its converted folder (pulled on first use)
+        if pulled is not None:
+            return pulled
     if name in REFERENCE_NAMES[kind]:
         folder = Path(str(REFERENCE / REFERENCE_NAMES[kind][name]))
         if not (folder / "config.json").is_file():

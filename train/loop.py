@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from hyflash.models.files import write_json_atomic
+from hyflash.models.files import replace_folder, write_json_atomic
 
 
 @dataclasses.dataclass
@@ -129,17 +129,6 @@ def write_folder(dest: Path, fill: Callable[[Path], None]) -> None:
     finally:  # every rank returns once the folder is complete (or rank 0 failed: nobody waits forever)
         if dist.is_initialized():
             dist.barrier()
-
-
-def replace_folder(tmp: Path, dest: Path) -> None:
-    """`tmp` (complete) takes `dest`'s place: renames only, so `dest` is never half written."""
-    if dest.exists():
-        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-        dest.rename(old)
-        tmp.rename(dest)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(dest)
 
 
 def trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:

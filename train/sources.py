@@ -24,6 +24,7 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from hyflash.models.files import jsonl_objects
 from hyflash.models.generation import end_of_text_ids
 
 HELDOUT_EVERY = 50
@@ -85,13 +86,7 @@ def read_documents(path: Path) -> Iterator[Document]:
 
 
 def _jsonl(path: Path) -> Iterator[Document]:
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{i}: not JSON ({e.msg})") from None
+    for i, obj in jsonl_objects(path):
         if isinstance(obj, dict) and isinstance(obj.get("text"), str):
             yield Document(text=obj["text"])
         elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):

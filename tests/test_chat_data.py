@@ -1,0 +1,131 @@
+"""Chat training data made here: batched answers that stop at end of turn, with the taps' features and the
+target's argmax from the same pass; conversations answered turn by turn as `hyflash chat` renders them;
+prompts that never near-duplicate the held-out chat set."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from test_copy_curriculum import VOCAB, tiny_target
+from hyflash.models.batched import answer_batch
+from hyflash.models.target import greedy
+from hyflash.train.chatprompts import code_prompts, near_duplicate, read_conversations, _mutate
+
+ROOT = Path(__file__).resolve().parents[1]
+HELDOUT = ROOT / "data" / "chat" / "heldout.jsonl"
+TRAIN_PROMPTS = ROOT / "data" / "chat" / "train-prompts.jsonl"
+
+
+def test_answers_stop_at_end_of_turn_and_equal_the_targets_own_greedy():
+    model, _ = tiny_target()
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, VOCAB, size=n).tolist() for n in (30, 17, 24, 9, 30)]
+    full = [greedy(model, p, 16, max_context=64) for p in prompts]
+    stop = full[1][5]  # row 1 ends at its 6th token; the others wherever this id first appears
+    got = answer_batch(model, prompts, 16, stop=(stop,))
+    for answer, ref in zip(got, full):
+        end = ref.index(stop) + 1 if stop in ref else 16
+        assert answer.tokens == ref[:end]  # finished rows leaving the batch change no other row
+    assert len(got[1].tokens) == 6 and any(len(a.tokens) == 16 for a in got)
+
+
+def test_answer_features_and_labels_are_the_full_forwards():
+    model, _ = tiny_target()
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, VOCAB, size=n).tolist() for n in (21, 12, 30)]
+    temperature = torch.tensor([0.0, 1.0, 0.0])
+    got = answer_batch(model, prompts, 10, temperature, torch.Generator().manual_seed(3), stop=(7,),
+                       taps=model.taps)
+    for p, a in zip(prompts, got):
+        row = p + a.tokens
+        with torch.no_grad():
+            logits, feats = model(torch.tensor([row]))
+        n = len(row)
+        assert a.features.shape == (n, model.feature_size) and a.features.dtype == np.float16
+        np.testing.assert_allclose(a.features[:n - 1].astype(np.float32), feats[0, :n - 1].numpy(),
+                                   rtol=2e-3, atol=2e-3)  # fp16 storage of the same values
+        assert not a.features[n - 1].any()  # the last token is never fed back
+        have = np.nonzero(a.labels >= 0)[0]
+        assert have.tolist() == list(range(len(p) - 1, n - 1))
+        assert (a.labels[have] == logits[0, have].argmax(-1).numpy()).all()
+
+
+def test_code_tasks_change_one_operator_for_a_bug_and_read_the_train_split():
+    rng = np.random.default_rng(0)
+    code = "def f(a, b):\n    if a < b:\n        return a + 1\n    return b\n"
+    bugged = _mutate(code, rng)
+    assert bugged != code and len(bugged.splitlines()) == len(code.splitlines())
+    assert _mutate("def f():\n    pass\n", rng) is None
+    rows = code_prompts(40, np.random.default_rng(1))
+    assert len(rows) == 40 and all(r["category"] == "code" and "```python" in r["turns"][0] for r in rows)
+
+
+def test_near_duplicates_are_caught():
+    assert near_duplicate("What causes the seasons on Earth?", "what causes the seasons on earth")
+    assert near_duplicate("What causes the seasons?", "So, what causes the seasons on Earth and on Mars?")
+    assert not near_duplicate("Write a poem about the sea.", "How do I sort a list in Python?")
+
+
+def test_heldout_chat_set_is_well_formed():
+    rows = read_conversations(HELDOUT)
+    by = {}
+    for r in rows:
+        by[r["category"]] = by.get(r["category"], 0) + 1
+    assert len(rows) >= 64 and len(by) >= 6 and min(by.values()) >= 8
+    assert all(len(r["turns"]) >= 2 for r in rows if r["category"] == "multi-turn")
+
+
+@pytest.mark.skipif(not TRAIN_PROMPTS.is_file(), reason="data/chat/train-prompts.jsonl not made yet")
+def test_no_training_prompt_near_duplicates_a_heldout_prompt():
+    held = [t for r in read_conversations(HELDOUT) for t in r["turns"]]
+    train = [t for r in read_conversations(TRAIN_PROMPTS) for t in r["turns"][:1]]
+    assert len(train) > 1000
+    clashes = [(t, h) for t in train for h in held if near_duplicate(t, h)]
+    assert not clashes, clashes[:3]
+
+
+def test_conversations_are_answered_turn_by_turn_as_chat_renders_them(tmp_path):
+    """Two-turn conversations: the second prompt extends the first answer's ids (the `hyflash chat` rule), the
+    answer mask covers exactly what the target wrote, and features and labels cover every row."""
+    from gguf_files import CHATML, bpe_tokenizer
+    from hyflash.models.chat import Transcript
+    from hyflash.train.conversations import ChatRegenConfig, answer_shard
+    from transformers import PreTrainedTokenizerFast
+
+    raw = bpe_tokenizer()  # byte-level: text round-trips, so each turn extends the ids before it
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw)
+    tok.chat_template = CHATML
+    model, _ = tiny_target(vocab=raw.get_vocab_size())
+    eos = (raw.token_to_id("<|im_end|>"),)
+    rows = [{"turns": ["hello world", "the quick fox"], "category": "a"}, {"turns": ["add a b"], "category": "b"},
+            {"turns": ["lazy dog", "tiny"], "category": "a"}]
+    cfg = ChatRegenConfig(max_new=12, seq_len=120, batch=3, greedy_share=1.0)
+    arrays, feats = answer_shard(model, tok, eos, rows, cfg, 0)
+    assert arrays["turns"].tolist() == [2, 1, 2]
+    offsets = np.concatenate([[0], np.cumsum(arrays["length"])])
+    assert feats["features"].shape == (offsets[-1], model.feature_size) and feats["labels"].shape == (offsets[-1],)
+    for b, row in enumerate(rows):
+        n = arrays["length"][b]
+        ids = arrays["tokens"][b, :n].tolist()
+        chat = Transcript(tok)
+        written = 0
+        for t, message in enumerate(row["turns"]):
+            prompt, text = chat.prompt(message)
+            assert ids[:len(prompt)] == prompt  # each turn extends the conversation's own ids
+            reply = greedy(model, prompt, 12, max_context=120)
+            reply = reply[:reply.index(eos[0]) + 1] if eos[0] in reply else reply
+            assert ids[len(prompt):len(prompt) + len(reply)] == reply
+            assert arrays["answer"][b, len(prompt):len(prompt) + len(reply)].all()
+            chat.record(message, prompt, text, reply)
+            written += len(reply)
+        assert arrays["answer"][b].sum() == written and chat.ids == ids
+        labels = feats["labels"][offsets[b]:offsets[b + 1]]
+        answered = np.nonzero(arrays["answer"][b, :n])[0]
+        assert (labels[answered - 1] >= 0).all()  # every answer token has the target's choice before it
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([ids]))
+        have = labels >= 0
+        assert (labels[have] == logits[0].argmax(-1).numpy()[have]).all()
