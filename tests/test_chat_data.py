@@ -129,3 +129,90 @@ def test_conversations_are_answered_turn_by_turn_as_chat_renders_them(tmp_path):
             logits, _ = model(torch.tensor([ids]))
         have = labels >= 0
         assert (labels[have] == logits[0].argmax(-1).numpy()[have]).all()
+
+
+@pytest.fixture(scope="module")
+def conversations(tmp_path_factory):
+    """A tiny conversations folder with its feature cache: (folder, target, tokenizer folder)."""
+    from gguf_files import CHATML, bpe_tokenizer
+    from hyflash.train.conversations import ChatRegenConfig, regenerate_chats
+    from transformers import PreTrainedTokenizerFast
+
+    raw = bpe_tokenizer()
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw)
+    tok.chat_template = CHATML
+    model, _ = tiny_target(vocab=raw.get_vocab_size())
+    rng = np.random.default_rng(0)
+    words = ["hello", "world", "quick", "fox", "lazy", "dog", "tiny", "add"]
+    rows = [{"turns": [" ".join(rng.choice(words, 5))] + ([" ".join(rng.choice(words, 3))] if i % 3 == 0 else []),
+             "category": "a"} for i in range(60)]
+    folder = tmp_path_factory.mktemp("conv") / "regen"
+    cfg = ChatRegenConfig(tokens=10**6, max_new=24, seq_len=200, batch=20, greedy_share=0.5)
+    summary = regenerate_chats(model, tok, (raw.token_to_id("<|im_end|>"),), rows, cfg, folder,
+                               {"target": "tiny", "target_sha256": "x"}, progress=False)
+    assert summary["shards"] == 3
+    return folder, model
+
+
+def test_feature_cache_gives_the_loss_of_the_target_in_the_loop(conversations):
+    """Same rows, same anchors: training from the cache (fp16 features, stored argmax) and with the target
+    run on the rows give the same loss and tau within fp16's rounding (stated: 1e-3 relative)."""
+    from hyflash.models.drafter import Drafter, DrafterConfig
+    from hyflash.train.cached import ConversationRows
+    from hyflash.train.drafter import Distill
+
+    folder, model = conversations
+    cached, live = ConversationRows(folder, features=True), ConversationRows(folder, features=False)
+    assert cached.describe["conversations"] == 60 and len(cached.held_ids) == 1
+    torch.manual_seed(0)
+    drafter = Drafter.for_target(model, DrafterConfig.for_target(model, window=16))
+    distill = Distill(drafter, model, anchors=6)
+    ids = cached.train_ids[:8]
+    a, b = cached.rows(ids), live.rows(ids)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    with torch.no_grad():
+        loss_cached, m_cached = distill(torch.from_numpy(a.tokens), torch.from_numpy(a.anchorable),
+                                        torch.from_numpy(a.features), torch.from_numpy(a.labels))
+        loss_live, m_live = distill(torch.from_numpy(b.tokens), torch.from_numpy(b.anchorable))
+    assert abs(loss_cached.item() - loss_live.item()) <= 1e-3 * abs(loss_live.item())
+    assert m_cached["tau"].item() == pytest.approx(m_live["tau"].item(), abs=1e-6)
+
+
+def test_cache_features_rebuilds_the_cache_regeneration_wrote(conversations, tmp_path):
+    import shutil
+
+    from hyflash.train.cached import cache_features
+
+    folder, model = conversations
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("features"))
+    assert cache_features(model, copy, progress=False)["shards_written"] == 3
+    assert cache_features(model, copy, progress=False)["shards_written"] == 0  # resumable: nothing left
+    for i in range(3):
+        want = np.load(folder / "features" / f"shard-{i:05d}.npy")
+        got = np.load(copy / "features" / f"shard-{i:05d}.npy")
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)
+        np.testing.assert_array_equal(np.load(copy / "features" / f"shard-{i:05d}.labels.npy"),
+                                      np.load(folder / "features" / f"shard-{i:05d}.labels.npy"))
+
+
+def test_train_drafter_reads_the_cache_and_refuses_rows_it_does_not_hold(conversations, tmp_path, capsys):
+    from hyflash.cli import main
+    from hyflash.models.loading import save_target
+    from test_copy_curriculum import tiny_target as make
+
+    folder, model = conversations
+    target_dir = tmp_path / "target"
+    _, raw = make(vocab=model.cfg.vocab_size)
+    save_target(model, target_dir, raw)
+    cfg = json.loads((folder / "config.json").read_text())
+    from hyflash.models.loading import weights_sha256
+    cfg["target_sha256"] = weights_sha256(target_dir)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    args = ["train-drafter", "--target", str(target_dir), "--data", str(folder), "--window", "16", "--steps", "2",
+            "--batch", "2", "--anchors", "4", "--eval-every", "1", "--eval-rows", "1", "--device", "cpu"]
+    assert main([*args, "--out", str(tmp_path / "d"), "--distant-repeats", "0.5"]) == 2
+    assert "--no-feature-cache" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "d")]) == 0
+    log = [json.loads(line) for line in (tmp_path / "d" / "log.jsonl").read_text().splitlines()]
+    assert any("tau" in rec for rec in log)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hyflash.train.cached import ConversationRows, is_conversations
 from hyflash.train.data import sample_windows, token_stream
 from hyflash.train.regenerate import is_regenerated, load_regenerated
 from hyflash.models.generation import load_tokenizer
@@ -228,13 +229,18 @@ def is_corpus(path: Path) -> bool:
 
 
 def open_rows(path: Path, target_dir: Path, tokenizer: Path | None, seq_len: int | None,
-              target_sha256: str | None = None, progress: bool = True):
-    """Rows from a regenerated folder, a corpus folder, or any text / .jsonl data, by what `path` holds.
+              target_sha256: str | None = None, progress: bool = True, features: bool = True):
+    """Rows from a regenerated folder (conversations: with their feature cache unless `features` is False), a
+    corpus folder, or any text / .jsonl data, by what `path` holds.
     `tokenizer`: a tokenizer.json to use instead of the target's own."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder; --data takes a corpus folder (`hyflash corpus`), "
                                 "a regenerated folder (`hyflash regenerate`), text files or .jsonl")
+    if is_conversations(path):
+        if seq_len is not None:
+            raise ValueError(f"{path}: conversations are rows of their own length; leave --seq-len out")
+        return ConversationRows(path, features, target_sha256)
     if is_regenerated(path):
         return RegeneratedRows(path, seq_len, target_sha256)
     if is_corpus(path):

@@ -89,21 +89,29 @@ class Distill(nn.Module):
         k = torch.arange(drafter.cfg.block, dtype=torch.float32)
         self.register_buffer("slot_weight", torch.exp(-k / gamma) / torch.exp(-k / gamma).sum(), persistent=False)
 
-    def predict(self, tokens: torch.Tensor, anchorable: torch.Tensor):
+    def predict(self, tokens: torch.Tensor, anchorable: torch.Tensor, features: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None):
         """tokens (B, T); anchorable (B, T) bool: the positions an anchor may take (`draw_anchors`).
         Yields per row: anchors (A,), labels (A, 7) (the target's choices for positions a+1..a+7),
         the drafter's normalised slot states (A, 7, d) (its logits: `Drafter.head(states, prev, copy)`),
         prev (A, 7), confidence (A, 7) or None, and copy: with `lookup_input`, prompt-lookup's blocks at
         the anchors (A, 7) and their copy logits (A, 7), else None; slots are fed the labels before them
-        (while its chain is right, exactly what the runtime's draft sees). Logits exist only where labels are."""
+        (while its chain is right, exactly what the runtime's draft sees). Logits exist only where labels are.
+        features (B, T, K*H) and labels (B, T), from a feature cache: used instead of running the target."""
         target, block = self.target[0], self.drafter.cfg.block
         tokens, anchorable = tokens.to(self.slot_weight.device), anchorable.to(self.slot_weight.device)
         anchors = draw_anchors(tokens, anchorable, block, self.anchors)  # (B, A)
         label_pos = (anchors[:, :, None] + torch.arange(block, device=tokens.device)).flatten(1)  # (B, A*7)
-        with torch.no_grad():
-            hidden, features = target.trunk(tokens)
-            choice = chunked_argmax(torch.gather(hidden, 1, label_pos[..., None].expand(-1, -1, hidden.shape[-1])),
-                                    target.lm_head.weight)  # (B, A*7): the target's token after a+k-1
+        if features is None:
+            with torch.no_grad():
+                hidden, features = target.trunk(tokens)
+                choice = chunked_argmax(torch.gather(hidden, 1, label_pos[..., None].expand(-1, -1, hidden.shape[-1])),
+                                        target.lm_head.weight)  # (B, A*7): the target's token after a+k-1
+        else:
+            features = features.to(self.slot_weight.device)
+            choice = torch.gather(labels.to(tokens.device), 1, label_pos)
+            if (choice < 0).any():
+                raise ValueError("the feature cache has no label at an anchor's position (a damaged cache?)")
         memory = self.drafter.memory_inputs(features, anchors) if self.drafter.cfg.memory != "off" else None
         for b, a in enumerate(anchors):  # a: (A,)
             labels = choice[b].view(-1, block)  # (A, 7): slot k <- choice at a+k-1
@@ -118,9 +126,10 @@ class Distill(nn.Module):
             copy = (lookup[0], self.drafter.copy_logits(states, lookup[1])) if lookup is not None else None
             yield a, labels, states, prev, conf, copy
 
-    def forward(self, tokens: torch.Tensor, anchorable: torch.Tensor):
+    def forward(self, tokens: torch.Tensor, anchorable: torch.Tensor, features: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None):
         losses, confs, hits = [], [], []
-        for _, labels, states, prev, conf, copy in self.predict(tokens, anchorable):
+        for _, labels, states, prev, conf, copy in self.predict(tokens, anchorable, features, labels):
             ce, guess = chunked_head_loss(self.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
                                           tuple(x.flatten() for x in copy) if copy is not None else None)
             ce, guess = ce.view_as(labels), guess.view_as(labels)  # guess: target ids
@@ -156,7 +165,9 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: 
     model = Distill(drafter, target, anchors)
 
     def loss(m, rows: Rows):
-        return m(torch.from_numpy(rows.tokens), torch.from_numpy(rows.anchorable))
+        cached = getattr(rows, "features", None) is not None  # rows from a feature cache carry the target's side
+        return m(torch.from_numpy(rows.tokens), torch.from_numpy(rows.anchorable),
+                 torch.from_numpy(rows.features) if cached else None, torch.from_numpy(rows.labels) if cached else None)
 
     held = data.heldout(eval_rows) if eval_every else None
 
