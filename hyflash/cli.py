@@ -312,6 +312,11 @@ def cmd_bench(args) -> int:
     from hyflash.runtime_py.bench import BenchConfig, bench, format_results, plot
     from hyflash.runtime_py.sampling import Sampling
 
+    if args.chat is not None:
+        return _bench_chat(args)
+    if args.peer or args.limit:
+        raise CliError("--peer and --limit go with --chat")
+    args.max_new_tokens = args.max_new_tokens or 64
     try:
         buckets = tuple(int(x) for x in args.buckets.split(","))
     except ValueError:
@@ -325,6 +330,22 @@ def cmd_bench(args) -> int:
         plot(report, args.plot)
     _emit(args, report, lambda: format_results(report))
     return 0
+
+
+def _bench_chat(args) -> int:
+    from hyflash.models.files import write_json_atomic
+    from hyflash.runtime_py.chatbench import ChatBenchConfig, bench_chat, format_chat
+
+    if args.temperature or args.plot or args.prompts_from:
+        raise CliError("--chat measures greedy chat answers; leave out --temperature, --plot and --prompts-from")
+    peers = tuple(p for p in (args.peer or "").split(",") if p)
+    cfg = ChatBenchConfig(artifacts=tuple(args.artifacts), chat=args.chat, max_new_tokens=args.max_new_tokens or 128,
+                          threads=args.threads, backend=args.backend, limit=args.limit, peers=peers)
+    report = bench_chat(cfg, progress=True)
+    if args.out:
+        write_json_atomic(args.out, report)
+    _emit(args, report, lambda: format_chat(report))
+    return 0 if report["exact"] else 1
 
 
 def cmd_probe(args) -> int:
@@ -579,13 +600,16 @@ def cmd_chat_prompts(args) -> int:
     def progress(done, total):
         print(f"self-written questions: {done}/{total}", file=sys.stderr, flush=True)
 
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    keep = args.out.with_name(args.out.name + ".magpie-batches")  # a rerun picks the questions up from here
     rows, summary = build(load_target(folder), tokenizer, tuple(end_of_text_ids(folder, tokenizer)), mix, heldout,
-                          progress)
+                          progress, keep)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(args.out)
     write_json_atomic(args.out.with_suffix(".summary.json"), {"target": folder.name, **summary})
+    keep.unlink(missing_ok=True)
     print(json.dumps(summary))
     return 0
 
@@ -819,7 +843,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--buckets", default="256,512,1024,2048", help="bucket edges")
     p.add_argument("--prompts-from", type=Path, default=None, help="a file, or a folder of .py files")
     p.add_argument("--prompts-per-bucket", type=_positive(), default=4)
-    p.add_argument("--max-new-tokens", type=_positive(), default=64)
+    p.add_argument("--chat", type=Path, default=None,
+                   help="a .jsonl of {\"turns\": [...], \"category\": ...}: every turn answered through the chat "
+                        "template, reported by category (e.g. data/chat/heldout.jsonl)")
+    p.add_argument("--peer", default=None,
+                   help="with --chat: comma-separated peers measured beside hyflash: onnxruntime-genai, optimum-ort")
+    p.add_argument("--limit", type=_positive(), default=None, help="with --chat: the first N conversations")
+    p.add_argument("--out", type=Path, default=None, help="with --chat: write the JSON report here too")
+    p.add_argument("--max-new-tokens", type=_positive(), default=None, help="default 64; with --chat 128 per answer")
     p.add_argument("--threads", type=_positive(), default=None)
     p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime",
                    help="every run, target-only included, on this backend")

@@ -201,3 +201,42 @@ def test_top_k_then_top_p_as_transformers_applies_them():
         np.testing.assert_allclose(ours, theirs, atol=1e-6)
     with pytest.raises(ValueError, match="--top-k"):
         Sampling(temperature=1.0, top_k=-1)
+
+
+def test_bench_chat_answers_every_turn_and_checks_every_mode(chat_export, tmp_path, capsys):
+    """`bench --chat`: every turn of every conversation answered in order by every mode, each drafted answer
+    equal to target-only's, rows per category and pooled, raw JSON with the machine and package versions."""
+    from hyflash.runtime_py.chatbench import ChatBenchConfig, bench_chat
+    from hyflash.runtime_py.loop import Runtime
+
+    folder = chat_export[2]
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("\n".join(json.dumps(r) for r in [
+        {"turns": ["w5 w6 w7"], "category": "a"},
+        {"turns": ["w1 w2", "w3 w3 w3"], "category": "b"},
+        {"turns": ["w9 w8 w7 w6"], "category": "a"}]) + "\n")
+    report = bench_chat(ChatBenchConfig(artifacts=(folder,), chat=chats, max_new_tokens=12), progress=False)
+    assert report["exact"] and report["categories"] == ["a", "b"]
+    runs = {(r["run"], r["category"]): r for r in report["results"]}
+    label = report["export_labels"][0]
+    for mode in ("none", "prompt-lookup"):
+        pooled = runs[(f"{label}/{mode}", "all")]
+        assert pooled["conversations"] == 3 and pooled["answers"] == 4
+        assert pooled["same_as_target_only"] == 1.0 and pooled["tau"] >= 1.0
+        assert runs[(f"{label}/{mode}", "b")]["answers"] == 2
+    assert runs[(f"{label}/none", "all")]["speedup"] == 1.0
+    assert report["machine"]["packages"]["onnxruntime"] and report["machine"]["cpu"]
+    # the two-turn conversation's second answer is what `hyflash chat` gives after the first
+    from hyflash.models.generation import load_tokenizer
+    conversation = Conversation(Runtime(folder), load_tokenizer(folder), GenerationConfig(max_new_tokens=12))
+    want = []
+    for message in ["w1 w2", "w3 w3 w3"]:
+        stats = Stats()
+        for _ in conversation.turn(message, stats):
+            pass
+        want.append(len(stats.tokens))
+    assert report["per_conversation"][f"{label}/none"][1]["answer_tokens"] == want
+    out = tmp_path / "bench.json"
+    assert main(["bench", str(folder), "--chat", str(chats), "--max-new-tokens", "8", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["exact"] and "prompt-lookup" in capsys.readouterr().out
+    assert main(["bench", str(folder), "--chat", str(chats), "--temperature", "0.5"]) == 2

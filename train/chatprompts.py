@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -79,15 +80,16 @@ class PromptMix:
             raise ValueError(f"--follow-up-share must be in [0, 1], got {self.follow_up_share}")
 
 
-def normalise(text: str) -> str:
-    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+def normalise(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
 
 
 def near_duplicate(a: str, b: str) -> bool:
-    """Two prompts that say nearly the same: normalised texts 75% alike (difflib ratio), or one holding the
-    other whole (20 characters or more)."""
+    """Two prompts that say nearly the same: their word sequences 75% alike (difflib's ratio), or one holding
+    the other whole (four words or more)."""
     a, b = normalise(a), normalise(b)
-    if min(len(a), len(b)) >= 20 and (a in b or b in a):
+    short, long = sorted((a, b), key=len)
+    if len(short) >= 4 and " ".join(short) in " ".join(long):
         return True
     m = difflib.SequenceMatcher(None, a, b, autojunk=False)
     return m.real_quick_ratio() >= 0.75 and m.quick_ratio() >= 0.75 and m.ratio() >= 0.75
@@ -101,21 +103,30 @@ def user_prefix(tokenizer) -> list[int]:
 
 
 def magpie(model: Target, tokenizer, eos: tuple[int, ...], n: int, seed: int, batch: int,
-           progress=lambda done, total: None) -> list[str]:
-    """Up to n distinct user messages the target writes itself after its template's user-turn prefix."""
+           progress=lambda done, total: None, keep: Path | None = None) -> list[str]:
+    """Up to n distinct user messages the target writes itself after its template's user-turn prefix.
+    `keep`: a file the batches are appended to as they finish (one JSON list each), read back by a rerun."""
     prefix = user_prefix(tokenizer)
-    gen = torch.Generator().manual_seed(seed)
     out: list[str] = []
     seen: set[str] = set()
+    batches = [json.loads(line) for line in keep.read_text().splitlines()] if keep and keep.is_file() else []
     tries = 0
     while len(out) < n and tries < 4 * n:
-        answers = answer_batch(model, [prefix] * batch, 96, torch.full((batch,), MAGPIE_TEMPERATURE), gen, stop=eos)
+        gen = torch.Generator().manual_seed(seed * 100_003 + tries)  # each batch its own seed: resumable
+        if batches:
+            texts = batches.pop(0)
+        else:
+            answers = answer_batch(model, [prefix] * batch, 96, torch.full((batch,), MAGPIE_TEMPERATURE), gen, stop=eos)
+            texts = [tokenizer.decode(a.tokens[:-1], skip_special_tokens=True).strip()
+                     if a.tokens and a.tokens[-1] in eos else None for a in answers]  # None: ran past 96 tokens
+            if keep:
+                with open(keep, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(texts) + "\n")
         tries += batch
-        for a in answers:
-            if not a.tokens or a.tokens[-1] not in eos:
-                continue  # ran past 96 tokens without ending its turn
-            text = tokenizer.decode(a.tokens[:-1], skip_special_tokens=True).strip()
-            key = normalise(text)
+        for text in texts:
+            if text is None:
+                continue
+            key = " ".join(normalise(text))
             if not 4 <= len(key.split()) <= 80 or key in seen or SENTINEL in text:
                 continue
             seen.add(key)
@@ -221,11 +232,11 @@ def passage_prompts(n: int, rng: np.random.Generator) -> list[dict]:
 
 
 def build(model: Target, tokenizer, eos: tuple[int, ...], mix: PromptMix, heldout: list[dict],
-          progress=lambda done, total: None) -> tuple[list[dict], dict]:
+          progress=lambda done, total: None, keep: Path | None = None) -> tuple[list[dict], dict]:
     """The prompts (shuffled, follow-ups added, held-out near-duplicates dropped) and a summary."""
     rng = np.random.default_rng(mix.seed)
     rows = [{"turns": [q], "category": "question", "source": "magpie"}
-            for q in magpie(model, tokenizer, eos, mix.magpie, mix.seed, mix.batch, progress)]
+            for q in magpie(model, tokenizer, eos, mix.magpie, mix.seed, mix.batch, progress, keep)]
     rows += code_prompts(mix.code, rng)
     rows += passage_prompts(mix.passages, rng)
     held = [t for h in heldout for t in h["turns"]]

@@ -1,0 +1,279 @@
+"""`hyflash bench EXPORTS --chat FILE.jsonl`: acceptance and speed on chat, every drafting mode of every export
+against that export's own target-only decoding, the peers beside them.
+
+FILE holds `{"turns": [...], "category": ...}` lines (the MT-bench question format). Every user turn is
+answered in order through the export's chat template, the conversation's cache and drafter state kept
+between turns as `hyflash chat` keeps them; an answer ends at the template's end of turn or at
+`max_new_tokens`. For each conversation the runs are interleaved (each export's target-only, then its
+drafting modes; then the peers), so machine drift hits all of them alike. Every answer of a drafting
+mode is checked against its own export's target-only answer (greedy: they must be equal).
+
+Reported per category and pooled: tau (tokens per verify round, bonus included), decode tokens/s
+(tokens after the first / decode time), time to first token, speedup (median of per-conversation
+ratios to the same export's target-only), the drafter's share of a round's graph time, and the share
+of answers that hit the token cap. Peers are fed the ids hyflash's target-only run of the matching
+precision read at each turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import statistics
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from tqdm import tqdm
+
+from hyflash.models.files import jsonl_objects
+from hyflash.runtime_py.backends import BACKENDS
+from hyflash.runtime_py.bench import open_exports
+from hyflash.runtime_py.chat import Conversation
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
+from hyflash.runtime_py.peers import PEERS, PeerRun, open_peers
+
+PACKAGES = ("hyflash", "torch", "transformers", "onnxruntime", "executorch", "onnxruntime-genai", "optimum-onnx")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatBenchConfig:
+    artifacts: tuple[Path, ...]
+    chat: Path
+    max_new_tokens: int = 128
+    threads: int | None = None
+    backend: str = "onnxruntime"
+    limit: int | None = None  # the first N conversations only
+    peers: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if not self.artifacts:
+            raise ValueError("give at least one export folder")
+        if self.max_new_tokens < 1:
+            raise ValueError("--max-new-tokens must be positive")
+        bad = [p for p in self.peers if p not in PEERS]
+        if bad:
+            raise ValueError(f"--peer takes {', '.join(PEERS)}; got {bad[0]!r}")
+
+
+def read_chats(path: Path, limit: int | None = None) -> list[dict]:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such file; --chat takes a .jsonl of {{\"turns\": [...], \"category\": ...}}")
+    rows = []
+    for n, row in jsonl_objects(path):
+        turns = row.get("turns") if isinstance(row, dict) else None
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+            raise ValueError(f'{path}:{n}: expected {{"turns": ["user message", ...], "category": ...}}')
+        rows.append({"turns": turns, "category": str(row.get("category", "all"))})
+    if not rows:
+        raise ValueError(f"{path}: no conversations")
+    return rows[:limit] if limit else rows
+
+
+def modes(runtime: Runtime) -> list[str]:
+    """The drafting modes an export supports, target-only first."""
+    out = ["none"]
+    if runtime.manifest["drafter"]["name"] != "random":
+        out.append("model")
+    out.append("prompt-lookup")
+    if runtime.hybrid is not None and runtime.confidence() is not None:
+        out.append("hybrid")
+    return out
+
+
+def converse(runtime: Runtime, tokenizer, turns: list[str], draft: str, max_new: int) -> list[Stats]:
+    """Every turn answered in order, the conversation kept between turns: one Stats a turn."""
+    conversation = Conversation(runtime, tokenizer, GenerationConfig(max_new_tokens=max_new, draft=draft))
+    out = []
+    for message in turns:
+        stats = Stats()
+        for _ in conversation.turn(message, stats):
+            pass
+        out.append(stats)
+    return out
+
+
+@dataclasses.dataclass
+class Answers:
+    """One mode's answers to one conversation (one entry per turn)."""
+    category: str
+    tokens: list[list[int]]
+    ttft_s: list[float]
+    decode_s: list[float]
+    rounds: int = 0
+    drafter_ms: float = 0.0
+    graph_ms: float = 0.0
+    capped: int = 0
+    same: int | None = None  # answers equal to the same export's target-only answers
+
+    @property
+    def decode_tokens(self) -> int:
+        return sum(max(len(t) - 1, 0) for t in self.tokens)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.decode_tokens / sum(self.decode_s) if sum(self.decode_s) else 0.0
+
+    @classmethod
+    def of_stats(cls, category: str, stats: list[Stats], max_new: int) -> "Answers":
+        decode = {g: ms for s in stats for g, ms in s.graph_ms.items() if not g.startswith("prefill/")}
+        return cls(category, [s.tokens for s in stats], [s.prefill_s for s in stats], [s.decode_s for s in stats],
+                   rounds=sum(s.rounds for s in stats),
+                   drafter_ms=sum(ms for g, ms in decode.items() if g in DRAFTER_GRAPHS),
+                   graph_ms=sum(decode.values()),
+                   capped=sum(s.stop_reason == "max_new_tokens" for s in stats))
+
+    @classmethod
+    def of_peer(cls, category: str, runs: list[PeerRun], max_new: int) -> "Answers":
+        return cls(category, [r.tokens for r in runs], [r.ttft_s for r in runs], [r.decode_s for r in runs],
+                   capped=sum(len(r.tokens) >= max_new for r in runs))
+
+
+def summarise(label: str, answers: list[Answers], baseline: list[Answers]) -> dict:
+    """One row: pooled over `answers` (conversations), speedup against `baseline` (same conversations)."""
+    n_answers = sum(len(a.tokens) for a in answers)
+    rounds = sum(a.rounds for a in answers)
+    ratios = [a.tokens_per_s / b.tokens_per_s for a, b in zip(answers, baseline) if b.tokens_per_s]
+    row = {"run": label, "conversations": len(answers), "answers": n_answers,
+           "tau": (sum(a.decode_tokens for a in answers) / rounds) if rounds else 1.0,
+           "decode_tokens_per_s": sum(a.decode_tokens for a in answers) / max(sum(sum(a.decode_s) for a in answers), 1e-9),
+           "speedup": statistics.median(ratios) if ratios else 0.0,
+           "ttft_ms": 1000 * statistics.median([t for a in answers for t in a.ttft_s]),
+           "drafter_share": (sum(a.drafter_ms for a in answers) / sum(a.graph_ms for a in answers)
+                             if sum(a.graph_ms for a in answers) else 0.0),
+           "capped_share": sum(a.capped for a in answers) / n_answers,
+           "mean_answer_tokens": sum(len(t) for a in answers for t in a.tokens) / n_answers}
+    if answers and answers[0].same is not None:
+        row["same_as_target_only"] = sum(a.same for a in answers) / n_answers
+    return row
+
+
+def machine(threads: int | None) -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "python": platform.python_version(),
+            "packages": versions, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
+    from hyflash.models.generation import load_tokenizer
+
+    chats = read_chats(cfg.chat, cfg.limit)
+    runtimes, labels = open_exports(cfg.artifacts, cfg.backend, cfg.threads)
+    tokenizers = [load_tokenizer(rt.folder) for rt in runtimes]
+    runs = [(f"{lab}/{m}", i, m) for i, (lab, rt) in enumerate(zip(labels, runtimes)) for m in modes(rt)]
+    log = (lambda msg: print(msg, file=sys.stderr)) if progress else (lambda msg: None)
+    peers, peer_status = open_peers(cfg.peers, Path(runtimes[0].manifest["target"]["path"]), cfg.threads, log)
+    eos = tuple(runtimes[0].eos)
+    got: dict[str, list[Answers]] = {label: [] for label, _, _ in runs}
+    got.update({p.label: [] for p in peers})
+    bar = tqdm(total=len(chats), desc="bench --chat", unit="conversation", disable=not progress, file=sys.stderr,
+               dynamic_ncols=True)
+    for chat in chats:
+        prompts_by_export: list[list[list[int]]] = []  # per export: each turn's prompt ids (target-only)
+        for i, (rt, tok) in enumerate(zip(runtimes, tokenizers)):
+            baseline = None
+            for label, j, mode in runs:
+                if j != i:
+                    continue
+                stats = converse(rt, tok, chat["turns"], mode, cfg.max_new_tokens)
+                answers = Answers.of_stats(chat["category"], stats, cfg.max_new_tokens)
+                if baseline is None:  # target-only comes first: what every mode of this export must equal
+                    baseline = answers
+                    prompts_by_export.append(_turn_prompts(tok, chat["turns"], stats))
+                answers.same = sum(a == b for a, b in zip(answers.tokens, baseline.tokens))
+                got[label].append(answers)
+        for peer in peers:  # the ids hyflash's target-only read at each turn (fp32 or int4 export alike)
+            source = _matching_export(peer.label, runtimes)
+            turn_prompts = prompts_by_export[source]
+            got[peer.label].append(Answers.of_peer(chat["category"], [peer.answer(p, cfg.max_new_tokens, eos)
+                                                                      for p in turn_prompts], cfg.max_new_tokens))
+        bar.update()
+    bar.close()
+    return _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got)
+
+
+def _turn_prompts(tokenizer, turns: list[str], stats: list[Stats]) -> list[list[int]]:
+    """The ids of each turn's prompt as a conversation with these answers renders them."""
+    from hyflash.models.chat import Transcript
+
+    chat = Transcript(tokenizer)
+    out = []
+    for message, s in zip(turns, stats):
+        prompt, text = chat.prompt(message)
+        out.append(prompt)
+        chat.record(message, prompt, text, s.tokens)
+    return out
+
+
+def _matching_export(peer_label: str, runtimes: list[Runtime]) -> int:
+    """The export whose target-only prompts a peer reads: the first int4-target export for an int4 peer."""
+    quantized = [i for i, rt in enumerate(runtimes) if rt.manifest["quantization"]["target"] != "none"]
+    plain = [i for i, rt in enumerate(runtimes) if rt.manifest["quantization"]["target"] == "none"]
+    if "int4" in peer_label:
+        return (quantized or plain)[0]
+    return (plain or quantized)[0]
+
+
+def _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got) -> dict:
+    categories = sorted({c["category"] for c in chats})
+    base_of = {label: f"{labels[j]}/none" for label, j, _ in runs}
+    for p in peers:  # a peer's speedup: against hyflash's target-only of the matching export
+        base_of[p.label] = f"{labels[_matching_export(p.label, runtimes)]}/none"
+    results = []
+    for label in got:
+        answers, base = got[label], got[base_of[label]]
+        results.append({**summarise(label, answers, base), "category": "all"})
+        for c in categories:
+            pick = [i for i, a in enumerate(answers) if a.category == c]
+            results.append({**summarise(label, [answers[i] for i in pick], [base[i] for i in pick]), "category": c})
+    differ = [r for r in results if r["category"] == "all" and r.get("same_as_target_only", 1.0) < 1.0]
+    return {"kind": "chat", "chat_file": str(cfg.chat), "conversations": len(chats), "categories": categories,
+            "max_new_tokens": cfg.max_new_tokens, "backend": cfg.backend, "exports": [str(a) for a in cfg.artifacts],
+            "export_labels": labels, "peers": peer_status, "machine": machine(cfg.threads), "results": results,
+            "exact": not differ,
+            "per_conversation": {label: [{"category": a.category, "answer_tokens": [len(t) for t in a.tokens],
+                                          "tokens_per_s": a.tokens_per_s, "rounds": a.rounds, "same": a.same}
+                                         for a in answers] for label, answers in got.items()}}
+
+
+def format_chat(report: dict) -> str:
+    head = (f"{'run':34} {'category':12} {'tau':>5} {'tok/s':>7} {'speedup':>7} {'TTFT ms':>8} {'drafter':>7} "
+            f"{'capped':>6} {'same':>5}")
+    lines = [head, "-" * len(head)]
+    for r in report["results"]:
+        same = f"{r['same_as_target_only']:.2f}" if "same_as_target_only" in r else "  -"
+        lines.append(f"{r['run']:34} {r['category']:12} {r['tau']:5.2f} {r['decode_tokens_per_s']:7.1f} "
+                     f"{r['speedup']:6.2f}x {r['ttft_ms']:8.1f} {r['drafter_share']:7.2f} {r['capped_share']:6.2f} "
+                     f"{same:>5}")
+    for name, status in report["peers"].items():
+        if status != "ok":
+            lines.append(f"peer {name} left out: {status}")
+    m = report["machine"]
+    lines.append(f"{report['conversations']} conversations, {report['max_new_tokens']} new tokens at most, "
+                 f"{m['cpu']}, threads {m['threads']}; every drafted answer equal to its target-only answer: "
+                 f"{'yes' if report['exact'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def pooled(report: dict) -> dict[str, dict]:
+    """run -> its pooled row (for scripts)."""
+    return {r["run"]: r for r in report["results"] if r["category"] == "all"}
+
