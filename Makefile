@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-slow install runner clean
+.PHONY: demo test test-slow install runner clean lint
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -35,3 +35,7 @@ test-slow: $(STAMP) runner
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# the linter (ruff, configured in pyproject.toml); CI runs it before the tests
+lint: $(STAMP)
+	$(BIN)/ruff check .

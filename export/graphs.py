@@ -26,8 +26,16 @@ from torch import nn
 from hyflash.models.drafter import Drafter
 from hyflash.models.kv_attention import cache_attention
 from hyflash.models.target import Target
-from hyflash.runtime_py.manifest import (PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, PTE_FILE, PTE_KERNELS,
-                                         VERIFY_ROWS, cache_names)
+from hyflash.runtime_py.manifest import (
+    PAST_KEY,
+    PAST_VALUE,
+    PRESENT_KEY,
+    PRESENT_VALUE,
+    PTE_FILE,
+    PTE_KERNELS,
+    VERIFY_ROWS,
+    cache_names,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +67,7 @@ class Tolerance:
 # the target scaled by 1.01 moves logits by far more than 1e-4 relative (tests/test_tolerance.py).
 TOLERANCES = {"values": Tolerance(1e-5, 1e-4), "state": Tolerance(1e-6, 2e-5)}
 # fp16 graphs (`export --dtype fp16`) against the same fp32 eager models, fed the same fp16 inputs.
-# Measured on the reference pair (scripts/fp16_report.py): see results/fp16.json.
+# Measured on the reference pair (research/scripts/fp16_report.py, research/results/fp16.json).
 TOLERANCES_FP16 = {"values": Tolerance(1e-3, 2e-2), "state": Tolerance(1e-3, 2e-2)}
 FLOAT_DTYPES = {"fp32": "float32", "fp16": "float16"}  # export --dtype -> the graphs' float dtype
 
@@ -208,7 +216,7 @@ class TargetPte(nn.Module):
     rest of a row is elementwise, a reduction over that row, or an integer-exact product). With one call for the block,
     `custom_sdpa` rounds a row differently in the last bits, and in an 8da4w target, whose
     activations are quantized per token, that moves a quantization step: logits up to 0.21 apart in 5
-    of 12 random blocks of the reference target (scripts/pte_verify_rows.sh), and speculative output
+    of 12 random blocks of the reference target (research/scripts/pte_verify_rows.sh), and speculative output
     that parts from target-only's.
     Row by row also measured faster (docs/design.md, "Why the target's forms keep the rows of a block
     independent"). Prefill chunks wider than a verify block, shared by every mode, attend in one call.

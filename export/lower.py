@@ -15,7 +15,7 @@ import torch
 
 from hyflash.export.graphs import GraphSpec, example_inputs, graph_module, onnx_cache_specs
 from hyflash.export.onnx_ops import TRANSLATIONS
-from hyflash.quiet import quiet_loggers
+from hyflash.models.quiet import quiet_loggers
 
 ALIGN = 64  # external-data offsets aligned so onnxruntime can mmap tensors
 
@@ -120,11 +120,12 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context:
     the target's embedding and LM head costs nothing. fuse_quantized: torchao's quantized embeddings become
     ExecuTorch's quantized embedding kernels (quant fusion).
     """
-    # registers llama::update_cache / llama::custom_sdpa (the target's cache kernels) with torch
-    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
+
+    # registers llama::update_cache / llama::custom_sdpa (the target's cache kernels) with torch
+    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
 
     quantize = quantize or (lambda m, _: m)
     programs = {}

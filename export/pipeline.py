@@ -26,16 +26,36 @@ from tqdm import tqdm
 from hyflash import __version__
 from hyflash.export.graphs import FLOAT_DTYPES, cache_spec, check_dtype, graph_specs
 from hyflash.export.lower import OnnxWeights, export_onnx_graph, export_pte
-from hyflash.export.quantize import (DRAFTER_EMBEDDING_MODES, DRAFTER_MODES, EMBEDDING_MODES, TARGET_MODES,
-                                     quantize_module, quantize_onnx, quantize_vocab_onnx)
+from hyflash.export.quantize import (
+    DRAFTER_EMBEDDING_MODES,
+    DRAFTER_MODES,
+    EMBEDDING_MODES,
+    TARGET_MODES,
+    quantize_module,
+    quantize_onnx,
+    quantize_vocab_onnx,
+)
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.files import replace_folder, sha256, write_json_atomic
-from hyflash.models.generation import TALK_FILES, end_of_text_ids, generation_config
-from hyflash.models.loading import (drafter_config_dict, load_drafter, load_target, resolve, save_drafter,
-                                    target_info, weight_files)
+from hyflash.models.generation import end_of_text_ids, generation_config, talk_files
+from hyflash.models.loading import (
+    drafter_config_dict,
+    load_drafter,
+    load_target,
+    resolve,
+    save_drafter,
+    target_info,
+    weight_files,
+)
 from hyflash.models.target import Target, to_fp16
-from hyflash.runtime_py.manifest import (FORMAT_VERSION, PTE_FILE, QUANTIZED_EMBEDDING_KERNELS, VERIFY_ROWS, file_hashes,
-                                         seal)
+from hyflash.runtime_py.manifest import (
+    FORMAT_VERSION,
+    PTE_FILE,
+    QUANTIZED_EMBEDDING_KERNELS,
+    VERIFY_ROWS,
+    file_hashes,
+    seal,
+)
 
 FORMATS = ("onnx", "pte")
 # A target this large lowers its .pte in a process of its own, before this one holds the models: the
@@ -232,9 +252,9 @@ def peak_rss_bytes() -> int:
 
 def _talk_files(target_dir: Path, tmp: Path) -> dict:
     """What an app needs to talk to the model, into the export folder: the tokenizer and chat template
-    files as the checkpoint has them, and generation_config.json (the checkpoint's, else the one
+    files the runtime reads, as the checkpoint has them (`talk_files`), and generation_config.json (the checkpoint's, else the one
     `transformers` derives from config.json). -> the manifest's `generation` entry."""
-    for name in (*TALK_FILES, "generation_config.json"):
+    for name in (*talk_files(target_dir), "generation_config.json"):
         if (target_dir / name).is_file():
             shutil.copy(target_dir / name, tmp / name)
     if not (tmp / "generation_config.json").is_file():

@@ -13,7 +13,7 @@
 
 In `int4` the vocabulary projection (hidden -> vocab, the largest matmul, whose error lands on
 the logits directly) stays fp32, in both formats and both models. Measured on the reference
-drafter by `scripts/int4_ablation.py` (on format 1; README, "Export and validation"; draft-token agreement with fp32 on onnxruntime, target-
+drafter (on format 1; draft-token agreement with fp32 on onnxruntime, target-
 written / held-out text): 86.8% / 86.1% with a 4-bit projection, 91.7% / 91.4% with it fp32;
 an 8-bit projection agrees as well but makes `draft_read` 1.8x slower than fp32 (MatMulNBits
 at 8 bits has no fast weight-only kernel here).
@@ -40,7 +40,7 @@ DRAFTER_MODES = ("none", "int8", "int4")
 TARGET_MODES = ("none", "int4")
 GROUP = 32  # int4 group size (weights are quantized in groups of 32 input channels)
 # MatMulNBits' accuracy_level per model. The drafter's: 4, int8 compute with each row's activations quantized per
-# block of K, as onnxruntime-genai builds for CPUs (at Qwen3-0.6B's geometry, scripts/real_geometry.py's dry run,
+# block of K, as onnxruntime-genai builds for CPUs (at Qwen3-0.6B's geometry, `scripts/real_geometry.py`'s dry run,
 # busy machine: draft_read 135 -> 57 ms against fp32 compute). The target's: 0, fp32 compute on the dequantized
 # weights. The greedy loop gives target-only's tokens only if a verify block's rows are what decoding them one at a
 # time gives. onnxruntime's kernels for one row and for several round differently: in fp32 compute by 1e-5 in the
@@ -128,10 +128,9 @@ def quantize_module(module: nn.Module, mode: str, embeddings: str = "none", in_p
     tensors, it never writes into them, so they need not be duplicated (1.2 GB each at 1.7 B)."""
     if mode == "none" and embeddings == "none":
         return module
+    import torch
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
-
-    import torch
 
     if not in_place:
         shared = {id(t): t for m in module.modules() if isinstance(m, Drafter) for t in (m.embed, m.lm_head)}
@@ -156,11 +155,10 @@ def quantize_vocab_module(module: nn.Module, mode: str) -> None:
     it and its Markov head) 8da8w per channel (int8) or 8da4w group 32 (int4) for
     XNNPACK; every nn.Embedding weight-only, group 32, which ExecuTorch's quant fusion turns into
     quantized_decomposed::embedding_byte / embedding_4bit (its quantized kernels library)."""
+    import torch
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.utils import TorchAOBaseTensor
-
-    import torch
 
     tables = set()  # ids of the vocabulary modules
     for m in module.modules():
@@ -269,8 +267,7 @@ def block_quantize(table, bits: int):
     """(N, D) fp32 table -> packed (N, D * bits / 8) uint8 and scales (N, D / 32): each row in blocks of 32,
     symmetric (zero point 2^(bits-1), implied), by onnxruntime's MatMulNBits routine on table.T, so the
     bytes are those of the tied projection's MatMulNBits weight."""
-    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
-                                                                 DefaultWeightOnlyQuantizer)
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, DefaultWeightOnlyQuantizer
 
     quantizer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(block_size=GROUP, is_symmetric=True, bits=bits))
     packed, scales, _ = quantizer.qbits_block_quant(table.T.copy())

@@ -10,9 +10,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-# the tokenizer and chat-template files `transformers` reads and writes beside a model
+# the tokenizer and chat-template files `transformers` reads beside a model; a fast tokenizer (tokenizer.json)
+# makes the slow tokenizer's files (vocab.json, merges.txt, tokenizer.model) unread, so they are carried only
+# where there is no tokenizer.json
 TALK_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-              "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")
+              "chat_template.json", "added_tokens.json")
+SLOW_TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.model")
+
+
+def talk_files(folder: Path) -> list[str]:
+    """The names of `folder`'s files an app needs to tokenize and render chats, as the runtime reads them."""
+    folder = Path(folder)
+    names = TALK_FILES if (folder / "tokenizer.json").is_file() else TALK_FILES + SLOW_TOKENIZER_FILES
+    return [n for n in names if (folder / n).is_file()]
 
 
 def end_of_text_ids(folder: Path, tokenizer=None) -> list[int]:

@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from hyflash.models.config import TargetConfig, read_json_object, rope_inv_freq
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.files import sha256
+from hyflash.models.pull import resolve_pullable
 from hyflash.models.target import Rotary, Target
 
 # The embedded reference models: package data of `hyflash` (folder hyflash/reference/), by name.
@@ -194,8 +195,6 @@ def resolve(path_or_name: str | Path, kind: str) -> Path:
     name of a pullable model (`hyflash.models.pull`)."""
     name = str(path_or_name)
     if kind == "target" and not Path(name).exists():
-        from hyflash.models.pull import resolve_pullable
-
         pulled = resolve_pullable(name)  # a pullable model's name: its converted folder (pulled on first use)
         if pulled is not None:
             return pulled

@@ -285,3 +285,14 @@ def generate(model: Target, prompt: list[int], max_new: int, max_context: int, c
         pos += 1
         logits = logits[0]
     return out
+
+
+LOGIT_BUDGET = 1 << 24  # logits held at once, rows x vocabulary: 64 MB in fp32
+
+
+def chunked_argmax(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """argmax(hidden @ weight.T) over (..., H) rows, a chunk of rows at a time (no grad)."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    rows = max(1, LOGIT_BUDGET // weight.shape[0])
+    out = torch.cat([(flat[i:i + rows] @ weight.t()).argmax(-1) for i in range(0, len(flat), rows)])
+    return out.view(hidden.shape[:-1])

@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from hyflash.quiet import quiet_loggers
+from hyflash.models.quiet import quiet_loggers
 from hyflash.runtime_py.manifest import ArtifactError, Contract
 from hyflash.runtime_py.state import TargetCache
 
@@ -101,7 +101,7 @@ def ort_session_options(ort, model: str, threads: int | None):
     a pool that keeps spinning after its call returns steals the cores from the next session's (the six
     sessions take turns: every drafter ran at 0.3x). So every pool spins while its call runs and stops
     when it returns (`session.force_spinning_stop`). Measured against pools that sleep, in one process on
-    held-out prompts (scripts/ort_threading_ab.py, results/ort_threading_ab.json)."""
+    held-out prompts (research/scripts/ort_threading_ab.py, research/results/ort_threading_ab.json)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if threads:

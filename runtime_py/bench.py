@@ -21,11 +21,11 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from hyflash.models.hybrid import reliability
+from hyflash.models.stdlib import is_heldout, stdlib_files, stdlib_root
 from hyflash.runtime_py.backends import BACKENDS
 from hyflash.runtime_py.loop import DRAFT_COST, GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
 from hyflash.runtime_py.sampling import Sampling
-from hyflash.train.data import is_heldout, stdlib_files, stdlib_root
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +140,10 @@ class OptimumBaseline:
         return (max_new - 1) / max(total - first, 1e-9), out[0, len(prompt):].tolist()
 
 
-def run_once(runtime: Runtime, prompt: list[int], draft: str, max_new: int, sampling: Sampling = Sampling(),
+GREEDY = Sampling()
+
+
+def run_once(runtime: Runtime, prompt: list[int], draft: str, max_new: int, sampling: Sampling = GREEDY,
              seed: int = 0, draft_cost: float = DRAFT_COST) -> Stats:
     """One generation of `max_new` tokens (EOS ignored), drafted as `draft`: its stats."""
     stats = Stats()

@@ -6,7 +6,9 @@ answered in order through the export's chat template, the conversation's cache a
 between turns as `hyflash chat` keeps them; an answer ends at the template's end of turn or at
 `max_new_tokens`. For each conversation the runs are interleaved (each export's target-only, then its
 drafting modes; then the peers), so machine drift hits all of them alike. Every answer of a drafting
-mode is checked against its own export's target-only answer (greedy: they must be equal).
+mode is checked against its own export's target-only answer (greedy: they must be equal). A peer's
+answers are compared too, for information: its plain decoding with hyflash's target-only of the same
+precision, its n-gram speculation with its own plain decoding.
 
 Reported per category and pooled: tau (tokens per verify round, bonus included), decode tokens/s
 (tokens after the first / decode time), time to first token, speedup (median of per-conversation
@@ -28,7 +30,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from hyflash.models.chat import Transcript
 from hyflash.models.files import jsonl_objects
+from hyflash.models.generation import load_tokenizer
 from hyflash.runtime_py.backends import BACKENDS
 from hyflash.runtime_py.bench import open_exports
 from hyflash.runtime_py.chat import Conversation
@@ -173,10 +177,11 @@ def machine(threads: int | None) -> dict:
 
 
 def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
-    from hyflash.models.generation import load_tokenizer
-
     chats = read_chats(cfg.chat, cfg.limit)
-    runtimes, labels = open_exports(cfg.artifacts, cfg.backend, cfg.threads)
+    runtimes, _ = open_exports(cfg.artifacts, cfg.backend, cfg.threads)
+    labels = [rt.folder.name for rt in runtimes]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"two exports share a folder name ({labels}); rename one")
     tokenizers = [load_tokenizer(rt.folder) for rt in runtimes]
     runs = [(f"{lab}/{m}", i, m) for i, (lab, rt) in enumerate(zip(labels, runtimes)) for m in modes(rt)]
     log = (lambda msg: print(msg, file=sys.stderr)) if progress else (lambda msg: None)
@@ -202,9 +207,11 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
                 got[label].append(answers)
         for peer in peers:  # the ids hyflash's target-only read at each turn (fp32 or int4 export alike)
             source = _matching_export(peer.label, runtimes)
-            turn_prompts = prompts_by_export[source]
-            got[peer.label].append(Answers.of_peer(chat["category"], [peer.answer(p, cfg.max_new_tokens, eos)
-                                                                      for p in turn_prompts], cfg.max_new_tokens))
+            answers = Answers.of_peer(chat["category"], [peer.answer(p, cfg.max_new_tokens, eos)
+                                                         for p in prompts_by_export[source]], cfg.max_new_tokens)
+            reference = got[_peer_reference(peer.label, labels, runtimes)][-1]
+            answers.same = sum(a == b for a, b in zip(answers.tokens, reference.tokens))
+            got[peer.label].append(answers)
         bar.update()
     bar.close()
     return _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got)
@@ -212,8 +219,6 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
 
 def _turn_prompts(tokenizer, turns: list[str], stats: list[Stats]) -> list[list[int]]:
     """The ids of each turn's prompt as a conversation with these answers renders them."""
-    from hyflash.models.chat import Transcript
-
     chat = Transcript(tokenizer)
     out = []
     for message, s in zip(turns, stats):
@@ -221,6 +226,14 @@ def _turn_prompts(tokenizer, turns: list[str], stats: list[Stats]) -> list[list[
         out.append(prompt)
         chat.record(message, prompt, text, s.tokens)
     return out
+
+
+def _peer_reference(peer_label: str, labels: list[str], runtimes: list[Runtime]) -> str:
+    """What a peer's answers are compared with: its n-gram run with its own plain decoding (the same model),
+    its plain decoding with hyflash's target-only on the export of the same precision."""
+    if peer_label.endswith("-ngram"):
+        return peer_label.removesuffix("-ngram")
+    return f"{labels[_matching_export(peer_label, runtimes)]}/none"
 
 
 def _matching_export(peer_label: str, runtimes: list[Runtime]) -> int:
@@ -237,14 +250,17 @@ def _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got) -> dict
     base_of = {label: f"{labels[j]}/none" for label, j, _ in runs}
     for p in peers:  # a peer's speedup: against hyflash's target-only of the matching export
         base_of[p.label] = f"{labels[_matching_export(p.label, runtimes)]}/none"
+    compared = {p.label: _peer_reference(p.label, labels, runtimes) for p in peers}
     results = []
     for label in got:
         answers, base = got[label], got[base_of[label]]
-        results.append({**summarise(label, answers, base), "category": "all"})
+        results.append({**summarise(label, answers, base), "category": "all",
+                        "same_compared_with": compared.get(label, base_of[label])})
         for c in categories:
             pick = [i for i, a in enumerate(answers) if a.category == c]
             results.append({**summarise(label, [answers[i] for i in pick], [base[i] for i in pick]), "category": c})
-    differ = [r for r in results if r["category"] == "all" and r.get("same_as_target_only", 1.0) < 1.0]
+    differ = [r for r in results if r["category"] == "all" and r["run"] not in compared
+              and r.get("same_as_target_only", 1.0) < 1.0]
     return {"kind": "chat", "chat_file": str(cfg.chat), "conversations": len(chats), "categories": categories,
             "max_new_tokens": cfg.max_new_tokens, "backend": cfg.backend, "exports": [str(a) for a in cfg.artifacts],
             "export_labels": labels, "peers": peer_status, "machine": machine(cfg.threads), "results": results,

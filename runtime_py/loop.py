@@ -18,9 +18,9 @@ from typing import Iterator
 
 import numpy as np
 
-from hyflash.runtime_py.backends import Call, open_backend
 from hyflash.models.hybrid import choose_lookup, skip_drafter, skipped_matches
 from hyflash.models.lookup import lookup
+from hyflash.runtime_py.backends import Call, open_backend
 from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, Contract, load_manifest
 from hyflash.runtime_py.sampling import Sampling, accept, choose
 from hyflash.runtime_py.state import DrafterContext, TargetCache
@@ -382,7 +382,7 @@ class Runtime:
 
     def probe_graph_times(self, c: int, repeats: int) -> dict[str, list[float]]:
         """Milliseconds of each call as the loop makes it, at committed length c (after probe_prefill):
-        per graph a warm-up call, then `repeats` calls back to back (the way results/profile_baseline.json
+        per graph a warm-up call, then `repeats` calls back to back (the way research/results/profile_baseline.json
         was measured). Calls at one position overwrite the same rows and never commit, so the state stays put."""
         tok, i = 1, self.ctx.index
         shift = self.calls["window_shift", i]

@@ -21,6 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from hyflash.models.loading import weights_sha256
+from hyflash.models.pull import cache_root
+
 PEERS = ("onnxruntime-genai", "optimum-ort")
 GENAI_PRECISIONS = ("fp32", "int4")
 
@@ -38,8 +41,6 @@ class PeerRun:
 
 
 def peer_cache() -> Path:
-    from hyflash.models.pull import cache_root
-
     return cache_root() / "peers"
 
 
@@ -47,8 +48,6 @@ def build_genai(target_dir: Path, precision: str) -> Path:
     """onnxruntime-genai's CPU model of `target_dir` at `precision` (built once, cached by the target's config and
     weights)."""
     import onnxruntime_genai
-
-    from hyflash.models.loading import weights_sha256
 
     if precision not in GENAI_PRECISIONS:
         raise ValueError(f"onnxruntime-genai precision must be one of {', '.join(GENAI_PRECISIONS)}, got {precision!r}")

@@ -2,7 +2,7 @@
 both formats; time each export, list the files' sizes, validate each, and write the figures as
 JSON and a Markdown table.
 
-    .venv/bin/python scripts/export_report.py [--out runs/exports] [--report results/export.json]
+    .venv/bin/python scripts/export_report.py [--out runs/exports] [--report runs/export.json]
         [--only export|validate] [--variants none,int8,int4,int4+target]
 
 `--only export` records the exports (time, files) and stops; `--only validate` validates the
@@ -23,7 +23,6 @@ from hyflash.export.validate import summarize, validate
 from hyflash.models.loading import resolve
 from hyflash.runtime_py.bench import source_texts
 
-
 VARIANTS = {"none": ("none", "none"), "int8": ("int8", "none"), "int4": ("int4", "none"),
             "int4+target": ("int4", "int4")}  # name -> (--quantize, --quantize-target)
 
@@ -35,7 +34,7 @@ def sizes(folder: Path) -> dict[str, int]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("runs/exports"))
-    p.add_argument("--report", type=Path, default=Path("results/export.json"))
+    p.add_argument("--report", type=Path, default=Path("runs/export.json"))
     p.add_argument("--only", choices=("export", "validate"))
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     args = p.parse_args()

@@ -10,7 +10,7 @@ HyFlash on Phi-4-reasoning) and at the embedded pair's (docs/reference/bench.jso
 Run it on an otherwise idle machine.
 
     .venv/bin/python scripts/real_geometry.py qwen3-0.6b [--contexts 1024,3072] [--max-context 4096]
-        [--export-only] [--formats both] [--reuse-export --backends onnxruntime] [--out results/real_geometry_qwen3-0.6b.json]
+        [--export-only] [--formats both] [--reuse-export --backends onnxruntime] [--out runs/real_geometry_qwen3-0.6b.json]
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ prompt to prompt), with the drafter and without; the tokens must be equal. Per r
 tokens/s, prefill tokens/s, per-graph ms (means over the runs). Run it on an otherwise idle machine.
 
     .venv/bin/python scripts/runner_bench.py EXPORT [--runner NAME=PATH ...] [--buckets 256,1024,2048]
-        [--prompts 3] [--max-new-tokens 64] [--out results/runner_vs_python.json]
+        [--prompts 3] [--max-new-tokens 64] [--out runs/runner_vs_python.json]
 
---runner defaults to cpp=build/runtime_cpp/hyflash-run (`make runner`); scripts/runner_option_a.sh builds
+--runner defaults to cpp=build/runtime_cpp/hyflash-run (`make runner`); research/scripts/runner_option_a.sh builds
 the same runner on the wheel's own kernel library (option a) for a second entry.
 """
 
@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--buckets", default="256,1024,2048")
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--out", type=Path, default=Path("results/runner_vs_python.json"))
+    ap.add_argument("--out", type=Path, default=Path("runs/runner_vs_python.json"))
     args = ap.parse_args()
     runners = dict(r.split("=", 1) for r in (args.runner or ["cpp=build/runtime_cpp/hyflash-run"]))
     runtime = Runtime(args.export, "executorch")

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
 from hf_models import make_hf_model
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from hf_models import save_hf_model
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from hf_models import save_hf_model
 from hyflash.cli import main
 from hyflash.models.generation import load_tokenizer
 from hyflash.runtime_py.chat import Conversation
@@ -179,8 +179,7 @@ def test_chat_needs_a_template(both_formats, capsys):
 
 
 def test_top_k_then_top_p_as_transformers_applies_them():
-    from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
-                                                        TopPLogitsWarper)
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
     rng = np.random.default_rng(0)
     logits = rng.standard_normal((6, 50)).astype(np.float32) * 3

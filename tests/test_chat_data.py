@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from test_copy_curriculum import VOCAB, tiny_target
+
 from hyflash.models.batched import answer_batch
 from hyflash.models.target import greedy
-from hyflash.train.chatprompts import code_prompts, near_duplicate, read_conversations, _mutate
+from hyflash.train.chatprompts import _mutate, code_prompts, near_duplicate, read_conversations
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "data" / "chat" / "heldout.jsonl"
@@ -91,9 +91,10 @@ def test_conversations_are_answered_turn_by_turn_as_chat_renders_them(tmp_path):
     """Two-turn conversations: the second prompt extends the first answer's ids (the `hyflash chat` rule), the
     answer mask covers exactly what the target wrote, and features and labels cover every row."""
     from gguf_files import CHATML, bpe_tokenizer
+    from transformers import PreTrainedTokenizerFast
+
     from hyflash.models.chat import Transcript
     from hyflash.train.conversations import ChatRegenConfig, answer_shard
-    from transformers import PreTrainedTokenizerFast
 
     raw = bpe_tokenizer()  # byte-level: text round-trips, so each turn extends the ids before it
     tok = PreTrainedTokenizerFast(tokenizer_object=raw)
@@ -135,8 +136,9 @@ def test_conversations_are_answered_turn_by_turn_as_chat_renders_them(tmp_path):
 def conversations(tmp_path_factory):
     """A tiny conversations folder with its feature cache: (folder, target, tokenizer folder)."""
     from gguf_files import CHATML, bpe_tokenizer
-    from hyflash.train.conversations import ChatRegenConfig, regenerate_chats
     from transformers import PreTrainedTokenizerFast
+
+    from hyflash.train.conversations import ChatRegenConfig, regenerate_chats
 
     raw = bpe_tokenizer()
     tok = PreTrainedTokenizerFast(tokenizer_object=raw)
@@ -197,9 +199,10 @@ def test_cache_features_rebuilds_the_cache_regeneration_wrote(conversations, tmp
 
 
 def test_train_drafter_reads_the_cache_and_refuses_rows_it_does_not_hold(conversations, tmp_path, capsys):
+    from test_copy_curriculum import tiny_target as make
+
     from hyflash.cli import main
     from hyflash.models.loading import save_target
-    from test_copy_curriculum import tiny_target as make
 
     folder, model = conversations
     target_dir = tmp_path / "target"

@@ -8,13 +8,19 @@ import numpy as np
 import pytest
 import torch
 
+from hyflash.models.batched import decode_batch
 from hyflash.models.config import TargetConfig
 from hyflash.models.loading import load_target, save_target
 from hyflash.models.target import Target, generate, greedy
-from hyflash.models.batched import decode_batch
 from hyflash.train.copyprobe import CUE, PASSAGE, copy_rate, induction_accuracy, probe_prompts
-from hyflash.train.repeats import (COPY2_CURRICULUM, COPY_CURRICULUM, curriculum_batch, natural_repeat_row, random_repeat_row,
-                                   stage_at)
+from hyflash.train.repeats import (
+    COPY2_CURRICULUM,
+    COPY_CURRICULUM,
+    curriculum_batch,
+    natural_repeat_row,
+    random_repeat_row,
+    stage_at,
+)
 from hyflash.train.target import init_weights, reference_config
 
 VOCAB = 64
@@ -181,7 +187,7 @@ def test_curriculum_run_with_init_from_and_probe_resumes(tiny_corpus, tmp_path, 
 
 def test_stop_after_ends_a_run_early_on_the_full_schedule(tiny_corpus, tmp_path):
     """--stop-after N: the run ends after step N with the lr of --steps' schedule, writes its model, and
-    resumes to the end later (a stage cut short, as scripts/target_v3.sh records)."""
+    resumes to the end later (a stage cut short, as research/scripts/target_v3.sh records)."""
     from hyflash.train.loop import TrainConfig
 
     run = tmp_path / "run"

@@ -7,15 +7,23 @@ import numpy as np
 import onnx
 import pytest
 import torch
-
+from conftest import CONTEXT, random_drafter_folder
+from conftest import export_folder as _export
 from hf_models import save_hf_model
+
 from hyflash.cli import main
 from hyflash.export.validate import summarize, validate
 from hyflash.models.loading import load_target
-from hyflash.runtime_py.manifest import (DRAFTER_GRAPHS, PTE_FILE, TARGET_GRAPHS, ArtifactError, Contract, load_manifest,
-                                         seal, sha256)
-
-from conftest import CONTEXT, export_folder as _export, random_drafter_folder
+from hyflash.runtime_py.manifest import (
+    DRAFTER_GRAPHS,
+    PTE_FILE,
+    TARGET_GRAPHS,
+    ArtifactError,
+    Contract,
+    load_manifest,
+    seal,
+    sha256,
+)
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,8 @@ fp32 eager models, and a speculative loop as exact against its own fp16 target a
 import numpy as np
 import onnx
 import pytest
-
 from conftest import CHUNK, CONTEXT, tokens_by_draft  # fixtures fp16_onnx, fp16_both: conftest
+
 from hyflash.cli import main
 from hyflash.export.validate import summarize, validate
 from hyflash.runtime_py.loop import Runtime

@@ -4,8 +4,19 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyflash.models.hybrid import (BIN_EDGES, bin_index, calibration, choose_lookup, drafter_expected, held_out_hybrid,
-                                   hybrid_rounds, reliability, skip_drafter, skipped_matches, tables)
+from hyflash.models.hybrid import (
+    BIN_EDGES,
+    bin_index,
+    calibration,
+    choose_lookup,
+    drafter_expected,
+    held_out_hybrid,
+    hybrid_rounds,
+    reliability,
+    skip_drafter,
+    skipped_matches,
+    tables,
+)
 from hyflash.models.lookup import lookup
 
 

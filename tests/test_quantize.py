@@ -4,8 +4,8 @@ quantized target still gives speculative output identical to its own target-only
 import numpy as np
 import onnx
 import pytest
-
 from conftest import CHUNK, CONTEXT, tokens_by_draft
+
 from hyflash.cli import main
 from hyflash.export.quantize import quantized_op_counts, rotations, vocab_projections
 from hyflash.export.validate import agreement_texts, drafter_agreement, summarize, target_agreement, validate

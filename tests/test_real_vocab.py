@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from hf_models import save_hf_model
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
-from hf_models import save_hf_model
 from hyflash.cli import main
 from hyflash.export.validate import summarize, validate
 from hyflash.models.generation import load_tokenizer

@@ -11,13 +11,13 @@ import time
 
 import numpy as np
 import pytest
+from conftest import CONTEXT
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import CONTEXT
 from hyflash.cli import main
-from hyflash.runtime_py.manifest import load_manifest, seal
 from hyflash.runtime_py.loop import GenerationConfig, Runtime
+from hyflash.runtime_py.manifest import load_manifest, seal
 
 
 def _snapshot(root):
@@ -57,6 +57,7 @@ def broken_exports(both_formats, tmp_path_factory):
 def _mismatched_drafter(qwen3_dir, root):
     """A drafter made for a different (wider) target."""
     from hf_models import save_hf_model
+
     from hyflash.models.drafter import Drafter, DrafterConfig
     from hyflash.models.loading import load_target, save_drafter, target_info
 

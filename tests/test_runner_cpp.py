@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_runtime import _exact_second_token_distribution, _gof, generate
 from tokenizers import Tokenizer
 
 from hyflash.models.loading import load_target
 from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
 from hyflash.runtime_py.loop import Runtime
 from hyflash.runtime_py.sampling import Sampling
-from test_runtime import _exact_second_token_distribution, _gof, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "runtime_cpp"

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import CONTEXT
 from scipy.stats import chisquare
 
-from conftest import CONTEXT
 from hyflash.cli import main
 from hyflash.models.loading import load_target
 from hyflash.runtime_py import loop as loop_module

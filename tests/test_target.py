@@ -3,8 +3,8 @@
 
 import pytest
 import torch
-
 from hf_models import VARIANTS, save_hf_model
+
 from hyflash.models.loading import load_target
 from hyflash.models.target import greedy, write_cache
 

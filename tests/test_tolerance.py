@@ -8,10 +8,10 @@ weight row scaled by 1.01 (a broken exporter, its manifest otherwise right) fail
 import json
 
 import pytest
-from safetensors.torch import load_file, save_file
-
 from conftest import CHUNK, CONTEXT, word_tokenizer
 from hf_models import save_hf_model
+from safetensors.torch import load_file, save_file
+
 from hyflash.cli import main
 from hyflash.export.graphs import TOLERANCES
 from hyflash.export.validate import summarize, validate

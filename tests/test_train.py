@@ -16,7 +16,7 @@ from hyflash.cli import main
 from hyflash.models.loading import load_drafter, load_target
 from hyflash.train.batches import response_anchors
 from hyflash.train.calibrate import measure_rounds
-from hyflash.train.data import is_heldout, write_corpus, train_tokenizer
+from hyflash.train.data import is_heldout, train_tokenizer, write_corpus
 from hyflash.train.regenerate import load_regenerated
 
 
@@ -134,7 +134,7 @@ def test_eval_target_reports_loss_by_position(corpus, tmp_path, capsys):
 
 
 def test_a_checkpoint_without_its_optimizer_state_resumes_at_its_step(tmp_path):
-    """scripts/target_v2_keep.sh keeps weights (bf16), step and log, not Adam's moments."""
+    """research/scripts/target_v2_keep.sh keeps weights (bf16), step and log, not Adam's moments."""
     from safetensors.torch import save_file
 
     from hyflash.train.loop import TrainConfig, load_checkpoint
@@ -202,9 +202,8 @@ def test_regenerate_writes_the_targets_own_text_and_resumes_to_the_same_bytes(co
 
 
 def test_anchors_fall_in_the_response():
-    from hyflash.train.drafter import draw_anchors
-
     from hyflash.train.batches import response_anchors
+    from hyflash.train.drafter import draw_anchors
 
     tokens = torch.arange(2 * 40).view(2, 40)
     allowed = torch.from_numpy(response_anchors(np.array([0, 21]), 40))  # row 1: a prompt of 21 tokens

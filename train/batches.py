@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from hyflash.models.generation import load_tokenizer
 from hyflash.train.cached import ConversationRows, is_conversations
 from hyflash.train.data import sample_windows, token_stream
 from hyflash.train.regenerate import is_regenerated, load_regenerated
-from hyflash.models.generation import load_tokenizer
 from hyflash.train.sources import build_streams, end_of_text
 
 DEFAULT_SEQ_LEN = 512

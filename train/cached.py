@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from hyflash.models.files import sha256, write_json_atomic
-from hyflash.models.target import Target
+from hyflash.models.target import Target, chunked_argmax
 from hyflash.train.conversations import FORMAT
 
 HELDOUT_EVERY = 50
@@ -164,8 +164,6 @@ class ConversationRows:
 def cache_features(target: Target, folder: Path, rows_at_once: int = 8, progress: bool = True) -> dict:
     """Write (or finish) the feature cache of a conversations folder: the target's full forward over every
     row of every finished shard; resumable by shard, checksummed. Returns what was written."""
-    from hyflash.train.drafter import chunked_argmax
-
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text())
     if list(target.taps) != config.get("taps"):

@@ -20,6 +20,7 @@ from hyflash.models.lookup import lookup
 from hyflash.models.target import Target
 from hyflash.train.drafter import Distill, chunked_head_loss
 
+
 def accepted(block: np.ndarray, chain: np.ndarray) -> int:
     """Leading drafts of `block` equal to the target's greedy chain: what a verify round accepts."""
     neq = np.flatnonzero(block != chain)
@@ -30,7 +31,8 @@ def accepted(block: np.ndarray, chain: np.ndarray) -> int:
 def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchorable: np.ndarray,
                    anchors: int = 48, batch: int = 4) -> dict[str, np.ndarray]:
     """Every anchor of every row as a round: the drafter's expected and realised accepted drafts (and its
-    per-slot confidences, `confidence`: rounds x block), lookup's match length and realised accepted drafts, and how many leading drafts the two blocks share
+    per-slot confidences, `confidence`: rounds x block), lookup's match length and realised accepted drafts,
+    and how many leading drafts the two blocks share
     (`agree`). Rows must be greedy (labels = next tokens). The drafter's block is read off the target's
     chain (teacher-forced), which is its own up to its first miss; so `agree` is exact wherever the two
     blocks accept different lengths, and past a miss both share it is the teacher-forced block's."""

@@ -30,8 +30,8 @@ import torch
 
 from hyflash.models.batched import answer_batch
 from hyflash.models.files import jsonl_objects
+from hyflash.models.stdlib import is_heldout, stdlib_files, stdlib_root
 from hyflash.models.target import Target
-from hyflash.train.data import is_heldout, stdlib_files, stdlib_root
 
 SENTINEL = "\u2063HYFLASH\u2063"
 MAGPIE_TEMPERATURE = 0.7  # at 1.0 a 135 M model writes many incoherent questions

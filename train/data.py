@@ -9,34 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import sysconfig
 from pathlib import Path
 
 import numpy as np
 
+from hyflash.models.stdlib import HELDOUT_PERCENT, is_heldout, stdlib_files, stdlib_root
+
 EOS = "<|endoftext|>"
-HELDOUT_PERCENT = 5
-SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
-
-
-def stdlib_root() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def is_heldout(rel_path: str) -> bool:
-    digest = hashlib.sha256(rel_path.encode()).digest()
-    return int.from_bytes(digest[:4], "little") % 100 < HELDOUT_PERCENT
-
-
-def stdlib_files(root: Path | None = None) -> list[str]:
-    """Relative paths of the stdlib's .py files, tests excluded, sorted."""
-    root = root or stdlib_root()
-    out = []
-    for f in root.rglob("*.py"):
-        rel = f.relative_to(root)
-        if not SKIP_DIRS.intersection(rel.parts[:-1]):
-            out.append(rel.as_posix())
-    return sorted(out)
 
 
 def write_corpus(out: Path, root: Path | None = None) -> dict:

@@ -20,20 +20,9 @@ from torch.utils.checkpoint import checkpoint
 from hyflash.models.drafter import Drafter, DrafterConfig
 from hyflash.models.loading import load_drafter, save_drafter, target_info
 from hyflash.models.lookup import lookup_many
-from hyflash.models.target import Target
+from hyflash.models.target import LOGIT_BUDGET, Target, chunked_argmax
 from hyflash.train.batches import Rows
 from hyflash.train.loop import TrainConfig, pick_device, train, write_folder
-
-
-LOGIT_BUDGET = 1 << 24  # logits held at once, rows x vocabulary: 64 MB in fp32
-
-
-def chunked_argmax(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """argmax(hidden @ weight.T) over (..., H) rows, a chunk of rows at a time (no grad)."""
-    flat = hidden.reshape(-1, hidden.shape[-1])
-    rows = max(1, LOGIT_BUDGET // weight.shape[0])
-    out = torch.cat([(flat[i:i + rows] @ weight.t()).argmax(-1) for i in range(0, len(flat), rows)])
-    return out.view(hidden.shape[:-1])
 
 
 def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor, labels: torch.Tensor,

@@ -159,7 +159,7 @@ def load_checkpoint(model, opt, cfg: TrainConfig) -> tuple[int, list[dict]]:
         raise ValueError(f"{ckpt}: checkpoint does not match the model (delete it to start over)")
     if (ckpt / "optimizer.pt").is_file():
         opt.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
-    # else a checkpoint kept without its optimizer state (scripts/target_v2.sh commits weights and step
+    # else a checkpoint kept without its optimizer state (research/scripts/target_v2.sh commits weights and step
     # only, not the 84 MB of Adam moments): the moments start afresh at the saved step
     state = json.loads((ckpt / "state.json").read_text())
     return state["step"], state["log"]

@@ -201,7 +201,7 @@ COPY7_CURRICULUM = (dataclasses.replace(COPY6_CURRICULUM[0], edits=1 / 30),)
 # pulls it on. Here the miss is the model's own guess, and the next label is the copy's.
 COPY8_CURRICULUM = (dataclasses.replace(COPY6_CURRICULUM[0], own_misses=True),)
 # copy9: copy8 with more misses. After 200 steps of copy8 the target still predicted only 18-21% of the copied
-# tokens that follow one of its misses (results/target_v3_copy8_200.json; copy6 the same): its own misses are
+# tokens that follow one of its misses (research/results/target_v3_copy8_200.json; copy6 the same): its own misses are
 # 4-9% of a copy's tokens, 2-3% of the loss. Here a further 12% of the copied tokens carry its best wrong guess.
 COPY9_CURRICULUM = (dataclasses.replace(COPY8_CURRICULUM[0], forced_misses=0.12),)
 # recover: induction's random-token rows with edited copies (one edit in 8 copied tokens), loss on the copies

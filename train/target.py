@@ -12,8 +12,8 @@ import torch
 from hyflash.models.config import TargetConfig
 from hyflash.models.loading import load_target, save_target
 from hyflash.models.target import Target
-from hyflash.train.data import EOS, check_corpus, sample_windows, token_stream
 from hyflash.train.copytrain import CopyCurriculum
+from hyflash.train.data import EOS, check_corpus, sample_windows, token_stream
 from hyflash.train.loop import TrainConfig, is_writer, lm_loss, train, write_folder
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from hyflash.cli import main
+
+sys.exit(main())
