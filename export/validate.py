@@ -110,7 +110,7 @@ def drafter_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> Non
         for r in (rt, eager):
             # rows >= n must never count (state_commit is bound to this same features array)
             r.calls["window_shift", r.ctx.index].inputs["features"][:] = np.nan
-            r.commit(rows, pos, n)
+            r.fold(rows, pos, n)
         got, expected = _drafter_outputs(rt), _drafter_outputs(eager)
         cmp.outputs("window_shift", got, expected)
         if "state_commit" in cmp.specs:
@@ -210,7 +210,7 @@ def drafter_agreement(rt: Runtime, eager: Runtime, features: np.ndarray, tokens:
     while pos < prompt:
         n = min(VERIFY_ROWS, prompt - pos)
         for r in (rt, eager):
-            r.commit(features[pos:pos + n], pos, n)
+            r.fold(features[pos:pos + n], pos, n)
         pos += n
     agree = total = 0
     while pos + VERIFY_ROWS <= len(tokens):
@@ -219,7 +219,7 @@ def drafter_agreement(rt: Runtime, eager: Runtime, features: np.ndarray, tokens:
         agree, total = agree + int((got == expected).sum()), total + got.size
         n = int(rng.integers(1, VERIFY_ROWS + 1))
         for r in (rt, eager):
-            r.commit(features[pos:pos + n], pos, n)
+            r.fold(features[pos:pos + n], pos, n)
         pos += n
     return agree, total
 

@@ -18,9 +18,8 @@ from typing import Iterator
 
 import numpy as np
 
-from hyflash.models.hybrid import choose_lookup, skip_drafter, skipped_matches
-from hyflash.models.lookup import lookup
 from hyflash.runtime_py.backends import Call, open_backend
+from hyflash.runtime_py.drafting import drafting_for
 from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, Contract, load_manifest
 from hyflash.runtime_py.sampling import Sampling, accept, choose
 from hyflash.runtime_py.state import DrafterContext, TargetCache
@@ -30,7 +29,6 @@ DRAFTS = ("model", "prompt-lookup", "hybrid", "none")
 # skips the drafter (`skip_drafter`); `hyflash profile` prints it for an export as `draft_read_share`: on the
 # reference pair 0.27 / 0.21 / 0.16 at 256 / 1,024 / 2,048 committed tokens (onnxruntime, 2 threads)
 DRAFT_COST = 0.2
-RATE_PRIOR_ROUNDS = 8  # hybrid: the calibration's rate counts as this many rounds of the generation's own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +67,16 @@ class Stats:
     skipped_reads: int = 0  # hybrid: rounds of those that did not run draft_read (its gain not worth its cost)
     expected_accepted: list[float] = dataclasses.field(default_factory=list)  # per round, when the drafter has
     realised_accepted: list[int] = dataclasses.field(default_factory=list)    # a confidence head: its calibration
-    phase: str = "prefill"  # graph times are keyed "prefill/<graph>" during prefill, "<graph>" after
+
+    def record_round(self, k: int, block: int, expected: float | None) -> None:
+        """A verify round that accepted k drafts; `expected`: what the drafter's confidence head expected."""
+        self.rounds += 1
+        self.accepted_per_slot += [0] * (block - len(self.accepted_per_slot))
+        for i in range(k):
+            self.accepted_per_slot[i] += 1
+        if expected is not None:
+            self.expected_accepted.append(expected)
+            self.realised_accepted.append(k)
 
     @property
     def acceptance_length(self) -> float:
@@ -112,6 +119,8 @@ class Runtime:
         self.ctx = DrafterContext(c)
         self.calls = self._bind_all()
         self._busy = threading.Lock()
+        self._phase = ""  # "prefill/" while a generation prefills: the key prefix of its graph times
+        self._verified = None  # the last verify's features (an output array, reused by the next call)
 
     def _bind(self, graph: str, pool_in: dict, pool_out: dict, cache: TargetCache | None = None) -> Call:
         """Bind a graph's inputs and outputs, by name, to arrays of the pools (allocated once)."""
@@ -154,7 +163,7 @@ class Runtime:
             return
         t = time.perf_counter()
         call.run()
-        key = graph if stats.phase == "decode" else f"prefill/{graph}"
+        key = self._phase + graph  # graph times are keyed "prefill/<graph>" during prefill, "<graph>" after
         stats.graph_ms[key] += (time.perf_counter() - t) * 1e3
         stats.graph_calls[key] += 1
 
@@ -196,7 +205,7 @@ class Runtime:
                    "its drafter has no hybrid calibration: run `hyflash calibrate` on the drafter folder, then export again")
             raise ValueError(f"{self.folder}: --draft hybrid needs a calibrated drafter; {why}")
 
-    def commit(self, feats: np.ndarray, pos: int, n: int, stats: Stats | None = None) -> None:
+    def fold(self, feats: np.ndarray, pos: int, n: int, stats: Stats | None = None) -> None:
         """Fold committed rows (the first n <= 8 of feats) at positions pos.. into the drafter's memory
         and window: the graphs read the current context copy and write the other, which becomes current."""
         shift = self.calls["window_shift", self.ctx.index]
@@ -254,7 +263,7 @@ class Runtime:
             self.commit_rows(ids, pos)
             if use_drafter:
                 for r in range(0, len(ids), VERIFY_ROWS):
-                    self.commit(feats[r:], pos + r, min(VERIFY_ROWS, len(ids) - r), stats)
+                    self.fold(feats[r:], pos + r, min(VERIFY_ROWS, len(ids) - r), stats)
             logits = logits[len(ids) - 1].copy()  # the output array is reused by the next call
             pos += len(ids)
         return logits
@@ -286,13 +295,12 @@ class Runtime:
         stats = stats if stats is not None else Stats()
         stats.prompt_tokens = len(prompt)
         rng = np.random.default_rng(cfg.seed)
-        use_drafter = cfg.draft in ("model", "hybrid")
-        if cfg.draft == "hybrid":  # tokens made and time spent (in rounds without the drafter), for skip_drafter
-            made, spent = skipped_matches(self.hybrid, cfg.draft_cost)[1] * RATE_PRIOR_ROUNDS, RATE_PRIOR_ROUNDS
+        drafting = drafting_for(cfg.draft, self, cfg.draft_cost)
+        self._phase = "prefill/"
         t0 = time.perf_counter()
-        logits = self.prefill(prompt, use_drafter, stats, reuse)  # 1. prefill
+        logits = self.prefill(prompt, drafting is not None and drafting.uses_drafter, stats, reuse)  # 1. prefill
         stats.prefill_s = time.perf_counter() - t0
-        stats.phase = "decode"
+        self._phase = ""
         pos = len(prompt)  # the anchor's position: rows < pos are committed
         limit = min(self.usable_context, len(prompt) + cfg.max_new_tokens)
         anchor = choose(logits, cfg.sampling, rng)
@@ -300,58 +308,47 @@ class Runtime:
         history = np.empty(limit, np.int64)  # prompt + output, for prompt-lookup: filled in place, never rebuilt
         history[:len(prompt)] = prompt
         t1 = time.perf_counter()
-        while True:
-            history[pos + 1 - len(new):pos + 1] = new  # the text so far ends with the anchor, at pos
-            stats.tokens.extend(new)
-            if new:
-                yield new
-            if stats.stop_reason:
-                break
-            if cfg.draft == "none":  # target-only: one row at a time through target_decode
-                logits, _ = self.run_target("target_decode", [anchor], pos, stats)
-                self.commit_rows([anchor], pos)
-                anchor = choose(logits[0], cfg.sampling, rng)
-                pos += 1
-                new = self._stop([anchor], stats, cfg, len(prompt), limit)
-                continue
-            # 2. draft d_1..d_7 for positions pos+1..pos+7 (hybrid: the block expected to go further; the
-            # drafter is not run where lookup's match leaves it too little to add for its cost)
-            drafts = expected = None
-            if cfg.draft != "model" or self.reads_lookup:
-                block, match = lookup(history[:pos + 1], self.block)
-            skip = cfg.draft == "hybrid" and skip_drafter(self.hybrid, match, cfg.draft_cost, made / spent)
-            if use_drafter and not skip:
-                drafts = self.draft(anchor, pos, stats, (block, match) if self.reads_lookup else None)
-                conf = self.confidence()
-                expected = float(conf.sum()) if conf is not None else None  # the head's expected accepted drafts
-            if cfg.draft != "model" and (drafts is None or choose_lookup(self.hybrid, expected, match)):
-                drafts, expected = block, None
-                stats.lookup_rounds += cfg.draft == "hybrid"
-                stats.skipped_reads += skip
-            # 3. verify [anchor, d_1..d_7] at pos..pos+7 (all 8 K/V rows written; rejected ones go stale)
-            logits, feats = self.run_target("target_verify", [anchor, *drafts.tolist()], pos, stats)
-            # 4. accept the longest agreeing prefix, plus the target's bonus token
-            k, bonus = accept(drafts, logits, cfg.sampling, rng)
-            stats.rounds += 1
-            if cfg.draft == "hybrid":
-                made, spent = made + k + 1, spent + 1 + (0 if skip else cfg.draft_cost)
-            stats.accepted_per_slot += [0] * (self.block - len(stats.accepted_per_slot))
-            for i in range(k):
-                stats.accepted_per_slot[i] += 1
-            if expected is not None:  # the drafter's block was verified: how its confidence fared
-                stats.expected_accepted.append(expected)
-                stats.realised_accepted.append(k)
-            # 5. emit d_1..d_k and the bonus (cut at EOS or the token limit); the bonus is the next anchor
-            new = self._stop([*drafts[:k].tolist(), bonus], stats, cfg, len(prompt), limit)
-            # 6. commit rows 0..n-1: the anchor and the emitted drafts but the last emitted token (k + 1 rows
-            # going on; fewer at a cut), so the committed text is always prompt + output minus its last token
-            n = len(new)
-            self.commit_rows([anchor, *drafts[:n - 1].tolist()], pos)
-            if use_drafter:
-                self.commit(feats, pos, n, stats)
-            anchor, pos = bonus, pos + n
-        stats.decode_s = time.perf_counter() - t1
-        stats.drafter_context_bytes = self.context_bytes(pos) if use_drafter else {}
+        try:  # also when the caller stops early (a stop string): the generator then closes at its yield
+            while True:
+                history[pos + 1 - len(new):pos + 1] = new  # the text so far ends with the anchor, at pos
+                stats.tokens.extend(new)
+                if new:
+                    yield new
+                if stats.stop_reason:
+                    break
+                if drafting is None:  # target-only: one row at a time through target_decode
+                    logits, _ = self.run_target("target_decode", [anchor], pos, stats)
+                    self.commit_rows([anchor], pos)
+                    emitted = [choose(logits[0], cfg.sampling, rng)]
+                else:
+                    emitted = self.round(drafting, history, anchor, pos, cfg.sampling, rng, stats)
+                new = self._stop(emitted, stats, cfg, len(prompt), limit)
+                if drafting is not None:
+                    self.commit_round(drafting, anchor, emitted, new, pos, stats)
+                anchor, pos = emitted[-1], pos + len(new)
+        finally:
+            stats.decode_s = time.perf_counter() - t1
+            stats.drafter_context_bytes = self.context_bytes(pos) if drafting and drafting.uses_drafter else {}
+
+    def round(self, drafting, history: np.ndarray, anchor: int, pos: int, sampling: Sampling,
+              rng: np.random.Generator, stats: Stats) -> list[int]:
+        """One speculative round at the anchor (position pos): the accepted drafts and the target's bonus token.
+        The verify block's 8 K/V rows are all written; `commit_round` keeps those of the emitted tokens."""
+        proposal = drafting.propose(history, anchor, pos, stats)  # 2. draft d_1..d_7 for pos+1..pos+7
+        logits, self._verified = self.run_target("target_verify", [anchor, *proposal.drafts.tolist()], pos, stats)
+        k, bonus = accept(proposal.drafts, logits, sampling, rng)  # 3. verify, 4. accept d_1..d_k and a bonus
+        drafting.accepted(proposal, k)
+        stats.record_round(k, self.block, proposal.expected)
+        return [*proposal.drafts[:k].tolist(), bonus]
+
+    def commit_round(self, drafting, anchor: int, emitted: list[int], new: list[int], pos: int, stats: Stats) -> None:
+        """5. commit rows 0..n-1 of the verify block (n: the emitted tokens kept, fewer at a cut): the anchor and
+        the emitted drafts but the last emitted token, which is the next anchor; so the committed text is always
+        prompt + output minus its last token. Their features go into the drafter's context."""
+        n = len(new)
+        self.commit_rows([anchor, *emitted[:n - 1]], pos)
+        if drafting.uses_drafter:
+            self.fold(self._verified, pos, n, stats)
 
     def _stop(self, new: list[int], stats: Stats, cfg: GenerationConfig, prompt_len: int, limit: int) -> list[int]:
         """Cut `new` at EOS or the token limit; set stats.stop_reason when generation must end."""
@@ -370,38 +367,3 @@ class Runtime:
                                  f"usable context reached ({self.usable_context} tokens = max_context "
                                  f"{self.max_context} - {VERIFY_ROWS})")
         return out
-
-    # ---------------------------------------------------------------- measurement (`hyflash profile`)
-
-    def probe_prefill(self, prompt: list[int]) -> dict:
-        """Time to first token (speculative prefill: target chunks and drafter commits) and tokens/s."""
-        t = time.perf_counter()
-        int(self.prefill(prompt, True, Stats()).argmax())
-        s = time.perf_counter() - t
-        return {"ttft_ms": s * 1e3, "prefill_tokens_per_s": len(prompt) / s}
-
-    def probe_graph_times(self, c: int, repeats: int) -> dict[str, list[float]]:
-        """Milliseconds of each call as the loop makes it, at committed length c (after probe_prefill):
-        per graph a warm-up call, then `repeats` calls back to back (the way research/results/profile_baseline.json
-        was measured). Calls at one position overwrite the same rows and never commit, so the state stays put."""
-        tok, i = 1, self.ctx.index
-        shift = self.calls["window_shift", i]
-        shift.inputs["n_valid"][0] = VERIFY_ROWS
-        shift.inputs["positions"][:] = np.arange(c, c + VERIFY_ROWS)
-        calls = {"target_decode": lambda: self.run_target("target_decode", [tok], c),
-                 "target_verify": lambda: self.run_target("target_verify", [tok] * VERIFY_ROWS, c)}
-        if c + self.chunk <= self.max_context:
-            calls["target_prefill"] = lambda: self.run_target("target_prefill", [tok] * self.chunk, c)
-        calls["draft_read"] = lambda: self.draft(tok, c, found=(np.full(self.block, tok), 0))
-        if self.has_memory:
-            calls["state_commit"] = self.calls["state_commit", i].run
-        calls["window_shift"] = shift.run
-        times = {}
-        for name, fn in calls.items():
-            fn()
-            times[name] = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                fn()
-                times[name].append((time.perf_counter() - t) * 1e3)
-        return times

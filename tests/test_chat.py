@@ -239,3 +239,17 @@ def test_bench_chat_answers_every_turn_and_checks_every_mode(chat_export, tmp_pa
     assert main(["bench", str(folder), "--chat", str(chats), "--max-new-tokens", "8", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["exact"] and "prompt-lookup" in capsys.readouterr().out
     assert main(["bench", str(folder), "--chat", str(chats), "--temperature", "0.5"]) == 2
+
+
+def test_generate_cut_at_a_stop_string_still_reports_its_speed(chat_export, capsys):
+    """A stop string closes the generation early; its JSON still has the decode time and the drafter's context."""
+    folder = chat_export[2]
+    args = ["generate", str(folder), "--prompt", "w5 w6 w7", "--max-new-tokens", "12", "--ignore-eos", "--json"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    half = full["text"][:len(full["text"]) // 2]  # reached about halfway through
+    assert len(full["tokens"]) == 12 and half
+    assert main([*args, "--stop", half]) == 0
+    cut = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert cut["stop_reason"] == "stop string" and len(cut["tokens"]) < len(full["tokens"])
+    assert cut["decode_s"] > 0 and cut["tokens_per_s"] > 0 and cut["drafter_context_bytes"]

@@ -199,6 +199,6 @@ def test_cache_and_context_rules(both_formats):
         cache.check_room(CONTEXT - 4, 8)  # past the last row
     first, second = ctx.current, ctx.other
     feats = np.ones((8, runtime.contract.io("window_shift", "features")["shape"][1]), np.float32)
-    runtime.commit(feats, 0, 3)
+    runtime.fold(feats, 0, 3)
     assert ctx.current is second and ctx.other is first  # written into the other copy, which is now current
     assert ctx.current["win_pos"][-3:].tolist() == [0, 1, 2] and (ctx.current["win_pos"][:-3] == -1).all()

@@ -11,7 +11,7 @@ import json
 import statistics
 
 from hyflash.runtime_py.loop import Runtime
-from hyflash.runtime_py.profile import profile_prompt
+from hyflash.runtime_py.profile import call_times, prefill_time, profile_prompt
 
 ap = argparse.ArgumentParser()
 ap.add_argument("exports", nargs="+", help="FOLDER:BACKEND")
@@ -24,10 +24,10 @@ report = {"context": args.context, "threads": args.threads, "rounds": args.round
 for spec in args.exports:
     folder, backend = spec.rsplit(":", 1)
     rt = Runtime(folder, backend, threads=args.threads)
-    rt.probe_prefill(profile_prompt(rt, args.context))
+    prefill_time(rt, profile_prompt(rt, args.context))
     medians = {"target_decode": [], "target_verify": []}
     for _ in range(args.rounds):
-        times = rt.probe_graph_times(args.context, 15)
+        times = call_times(rt, args.context, 15)
         for g in medians:
             medians[g].append(statistics.median(times[g]))
     report["runs"].append({"export": folder, "backend": backend, "median_ms_by_round": medians,

@@ -1,6 +1,6 @@
 """Where a target graph's time goes on onnxruntime: per-op-type kernel milliseconds of target_decode,
 target_verify and draft_read at one committed length, from onnxruntime's own profiler, with the calls
-made the way `hyflash profile` makes them (Runtime.probe_graph_times). Measure on an idle machine.
+made the way `hyflash profile` makes them (hyflash.runtime_py.profile.call_times). Measure on an idle machine.
 Usage: python research/scripts/ort_node_profile.py EXPORT_FOLDER COMMITTED [THREADS]  -> JSON on stdout"""
 
 import collections
@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime as ort
 
 from hyflash.runtime_py.loop import Runtime
+from hyflash.runtime_py.profile import call_times, prefill_time
 
 folder, committed = sys.argv[1], int(sys.argv[2])
 threads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
@@ -27,8 +28,8 @@ class ProfiledOptions(ort.SessionOptions):
 
 ort.SessionOptions = ProfiledOptions  # the Runtime's sessions, opened below, profile every node
 runtime = Runtime(folder, threads=threads)
-runtime.probe_prefill(np.random.default_rng(0).integers(3, runtime.vocab, committed).tolist())
-runtime.probe_graph_times(committed, 60)
+prefill_time(runtime, np.random.default_rng(0).integers(3, runtime.vocab, committed).tolist())
+call_times(runtime, committed, 60)
 report = {"committed": committed, "threads": threads}
 for graph in ("target_decode", "target_verify", "draft_read", "state_commit", "window_shift"):
     events = json.load(open(runtime.backend.sessions[graph].end_profiling()))

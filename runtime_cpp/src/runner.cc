@@ -86,7 +86,7 @@ std::string Stats::to_json() const {
          ", \"prefill_s\": " + json_number(prefill_s) + ", \"prefilled\": " + std::to_string(prompt_tokens) +
          ", \"decode_s\": " + json_number(decode_s) + ", \"graph_ms\": " + ms + "}, \"graph_calls\": " + calls +
          "}, \"stop_reason\": " + json::quote(stop_reason) + ", \"drafter_context_bytes\": " + bytes +
-         "}, \"lookup_rounds\": 0}";  // prompt-lookup and hybrid drafting are the Python runtime's
+         "}}";  // no lookup_rounds / skipped_reads: prompt-lookup and hybrid drafting are the Python runtime's
 }
 
 // ----------------------------------------------------------------------------------------- runner
@@ -260,7 +260,7 @@ const int64_t* Runner::draft(int64_t anchor, int64_t pos, const std::vector<int6
   return drafts;
 }
 
-void Runner::commit(const float* features, int64_t pos, int64_t n, Stats& stats) {
+void Runner::fold(const float* features, int64_t pos, int64_t n, Stats& stats) {
   Buffer& feats = *small_.at("features");
   const size_t width = feats.floats.size() / kVerifyRows;
   std::copy(features, features + n * width, feats.floats.begin());  // rows >= n are never read (n_valid)
@@ -352,7 +352,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
     committed_ = pos + n;
     const int64_t feature = m_.graph(graph).io("features").shape[1];
     if (cfg.draft)
-      for (int64_t r = 0; r < n; r += kVerifyRows) commit(feats + r * feature, pos + r, std::min<int64_t>(kVerifyRows, n - r), stats);
+      for (int64_t r = 0; r < n; r += kVerifyRows) fold(feats + r * feature, pos + r, std::min<int64_t>(kVerifyRows, n - r), stats);
     last_logits_.assign(logits + (n - 1) * vocab, logits + n * vocab);  // the arena is reused by the next call
     pos += n;
   }
@@ -395,7 +395,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
     // 6. commit rows 0..n-1: the anchor and the emitted drafts but the last emitted token
     const int64_t n = static_cast<int64_t>(fresh.size());
     committed_ = pos + n;
-    commit(feats, pos, n, stats);
+    fold(feats, pos, n, stats);
     anchor = bonus;
     pos += n;
   }

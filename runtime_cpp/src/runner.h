@@ -86,7 +86,8 @@ class Runner {
                                                    int64_t pos, Stats& stats, Outputs& keep);
   // draft_read; a drafter exported --lookup-input also reads prompt-lookup's block on `history` (ends with the anchor)
   const int64_t* draft(int64_t anchor, int64_t pos, const std::vector<int64_t>& history, Stats& stats, Outputs& keep);
-  void commit(const float* features, int64_t pos, int64_t n, Stats& stats);
+  // state_commit and window_shift: the first n rows of `features` (at pos..) folded into the drafter's context
+  void fold(const float* features, int64_t pos, int64_t n, Stats& stats);
   void reset_context();
   void check_room(int64_t pos, int64_t width) const;
   void check_prompt(const std::vector<int64_t>& prompt) const;
