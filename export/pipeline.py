@@ -148,11 +148,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         raise FileExistsError(f"{out} already exists; pass --force to replace it")
     target_dir = resolve(cfg.target, "target")
     target, drafter = load_models(target_dir, cfg.drafter, cfg.window, cfg.seed)
-    max_context = cfg.max_context or target.cfg.default_max_context()
-    target.cfg.check_context(max_context)
-    if cfg.prefill_chunk > max_context - VERIFY_ROWS:
-        raise ValueError(f"--prefill-chunk {cfg.prefill_chunk} does not fit the context ({max_context} rows, "
-                         f"{VERIFY_ROWS} kept for a verify block); use --prefill-chunk <= {max_context - VERIFY_ROWS}")
+    max_context = _max_context(cfg, target)
     specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk, FLOAT_DTYPES[cfg.dtype])
     pte_apart = "pte" in cfg.formats and sum(p.numel() for p in target.parameters()) >= PTE_OWN_PROCESS_PARAMS
 
@@ -168,12 +164,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                 print(f"export: {PTE_FILE} in a process of its own (a large target)", file=sys.stderr)
             _pte_in_own_process(cfg, target_dir, max_context, tmp / PTE_FILE)
             target, drafter = load_models(target_dir, cfg.drafter, cfg.window, cfg.seed)
-        steps = [("drafter weights", None)]
-        if "onnx" in cfg.formats:
-            steps += [(f"onnx {name}", name) for name in specs]
-        if "pte" in cfg.formats and not pte_apart:
-            steps += [(PTE_FILE, "pte")]
-        bar = tqdm(steps, desc="export", disable=not progress, file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(_steps(cfg, specs, pte_apart), desc="export", disable=not progress, file=sys.stderr, dynamic_ncols=True)
         graphs = {name: {"model": s.model, "inputs": [t.to_json() for t in s.inputs],
                          "outputs": [t.to_json() for t in s.outputs]} for name, s in specs.items()}
         weights = OnnxWeights(tmp / "onnx") if "onnx" in cfg.formats else None
@@ -188,13 +179,8 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
                 if cfg.dtype == "fp16":  # from here on the graphs are traced in fp16; the eager reference stays fp32
                     to_fp16(target), to_fp16(drafter)
             elif label.startswith("onnx "):
-                # the vocabulary tables first: the drafter's int8 pass would take its head as a MatMul of its own
-                model = specs[key].model
-                mode = cfg.mode(model)
-                graphs[key]["onnx"] = export_onnx_graph(
-                    specs[key], target, drafter, max_context, weights,
-                    lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.embeddings(model), tables, model), mode, model,
-                                            vocab_weight=vocab_weight if cfg.embeddings(model) == "none" else None))
+                graphs[key]["onnx"] = _onnx(cfg, specs[key], target, drafter, max_context, weights, tables,
+                                            vocab_weight)
             else:
                 _pte(cfg, list(specs.values()), target, drafter, max_context, tmp / PTE_FILE)
         if "pte" in cfg.formats:
@@ -214,6 +200,38 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def _max_context(cfg: ExportConfig, target: Target) -> int:
+    """The export's context, checked against the target's and the prefill chunk."""
+    max_context = cfg.max_context or target.cfg.default_max_context()
+    target.cfg.check_context(max_context)
+    if cfg.prefill_chunk > max_context - VERIFY_ROWS:
+        raise ValueError(f"--prefill-chunk {cfg.prefill_chunk} does not fit the context ({max_context} rows, "
+                         f"{VERIFY_ROWS} kept for a verify block); use --prefill-chunk <= {max_context - VERIFY_ROWS}")
+    return max_context
+
+
+def _steps(cfg: ExportConfig, specs: dict, pte_apart: bool) -> list[tuple[str, str | None]]:
+    """The export's steps in order, (label, graph name or "pte"), for its progress bar."""
+    steps = [("drafter weights", None)]
+    if "onnx" in cfg.formats:
+        steps += [(f"onnx {name}", name) for name in specs]
+    if "pte" in cfg.formats and not pte_apart:
+        steps += [(PTE_FILE, "pte")]
+    return steps
+
+
+def _onnx(cfg: ExportConfig, spec, target: Target, drafter: Drafter, max_context: int, weights, tables,
+          vocab_weight) -> str:
+    """One ONNX graph, its quantization passes applied: the vocabulary tables first (the drafter's int8 pass
+    would take its head as a MatMul of its own), then the weights."""
+    model = spec.model
+    mode = cfg.mode(model)
+    return export_onnx_graph(
+        spec, target, drafter, max_context, weights,
+        lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.embeddings(model), tables, model), mode, model,
+                                vocab_weight=vocab_weight if cfg.embeddings(model) == "none" else None))
 
 
 def _pte(cfg: ExportConfig, specs: list, target: Target, drafter: Drafter, max_context: int, path: Path) -> None:

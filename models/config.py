@@ -151,25 +151,8 @@ class TargetConfig:
 
     @classmethod
     def _from_hf(cls, raw: dict[str, Any]) -> "TargetConfig":
-        archs = raw.get("architectures") or []
-        if len(archs) != 1:
-            raise UnsupportedModelError(f"config.json must name exactly one architecture, got {archs}")
-        arch = archs[0]
-        if arch not in ARCHITECTURES:
-            hint = " (mixture-of-experts models are not supported)" if "moe" in arch.lower() else ""
-            raise UnsupportedModelError(
-                f"unsupported architecture {arch!r}{hint}; supported: {', '.join(ARCHITECTURES)}")
-        for key in ("num_experts", "num_local_experts", "n_routed_experts"):
-            if raw.get(key):
-                raise UnsupportedModelError(f"mixture-of-experts ({key}={raw[key]}) is not supported")
+        arch = _supported_architecture(raw)
         model_type, fused, qk_norm, qkv_bias_default = ARCHITECTURES[arch]
-        act = raw.get("hidden_act", "silu")
-        if act not in ACTIVATIONS:
-            raise UnsupportedModelError(f"unsupported activation {act!r}; supported: {', '.join(ACTIVATIONS)}")
-        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size"):
-            if key not in raw:
-                raise ValueError(f"config.json has no {key!r}")
-
         heads = raw["num_attention_heads"]
         head_dim = raw.get("head_dim") or raw["hidden_size"] // heads
         scaling = raw.get("rope_scaling")
@@ -292,3 +275,25 @@ def _inv_freq_cpu(cfg: TargetConfig) -> tuple[list[float], float]:
             raise ValueError(f"config: longrope short_factor has {short.numel()} entries, expected {dim // 2}")
         inv = 1.0 / (short * cfg.rope_theta ** exponent)
     return inv.tolist(), float(scale)
+
+
+def _supported_architecture(raw: dict[str, Any]) -> str:
+    """config.json's one architecture, if hyflash exports it; a one-line refusal naming why otherwise."""
+    archs = raw.get("architectures") or []
+    if len(archs) != 1:
+        raise UnsupportedModelError(f"config.json must name exactly one architecture, got {archs}")
+    arch = archs[0]
+    if arch not in ARCHITECTURES:
+        hint = " (mixture-of-experts models are not supported)" if "moe" in arch.lower() else ""
+        raise UnsupportedModelError(
+            f"unsupported architecture {arch!r}{hint}; supported: {', '.join(ARCHITECTURES)}")
+    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
+        if raw.get(key):
+            raise UnsupportedModelError(f"mixture-of-experts ({key}={raw[key]}) is not supported")
+    act = raw.get("hidden_act", "silu")
+    if act not in ACTIVATIONS:
+        raise UnsupportedModelError(f"unsupported activation {act!r}; supported: {', '.join(ACTIVATIONS)}")
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size"):
+        if key not in raw:
+            raise ValueError(f"config.json has no {key!r}")
+    return arch

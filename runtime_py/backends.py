@@ -37,8 +37,10 @@ BACKENDS = ("onnxruntime", "executorch", "eager")
 class Call:
     """One graph with its arrays bound: fill `inputs` in place, `run()`, read `outputs`."""
 
-    def __init__(self, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray], run: Callable[[], None]):
+    def __init__(self, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray], run: Callable[[], None],
+                 held: tuple = ()):
         self.inputs, self.outputs, self.run = inputs, outputs, run
+        self.held = held  # what the backend's binding refers to and must outlive it (onnxruntime's OrtValues)
 
 
 class Backend:
@@ -62,7 +64,7 @@ class OrtBackend(Backend):
         for g, spec in contract.graphs.items():
             if not spec.get("onnx"):
                 continue
-            opts = ort_session_options(ort, spec["model"], threads)
+            opts = ort_session_options(ort, threads)
             session = ort.InferenceSession(str(folder / spec["onnx"]), opts, providers=["CPUExecutionProvider"])
             declared = _declared_io(contract, g, onnx_cache=True)
             for kind, actual in (("inputs", session.get_inputs()), ("outputs", session.get_outputs())):
@@ -90,18 +92,16 @@ class OrtBackend(Backend):
                 io.bind_ortvalue_input(p_in, held[-1])
                 io.bind_ortvalue_output(p_out, held[-1])  # the same buffer: rows written in place
         session = self.sessions[graph]
-        call = Call(inputs, outputs, lambda: session.run_with_iobinding(io))
-        call.held = held
-        return call
+        return Call(inputs, outputs, lambda: session.run_with_iobinding(io), tuple(held))
 
 
-def ort_session_options(ort, model: str, threads: int | None):
-    """The options of one graph's session (`model`: "target" | "drafter", the same for both today).
-    The graphs are many small nodes, so a pool that sleeps after each task pays a wake-up on every one;
-    a pool that keeps spinning after its call returns steals the cores from the next session's (the six
-    sessions take turns: every drafter ran at 0.3x). So every pool spins while its call runs and stops
-    when it returns (`session.force_spinning_stop`). Measured against pools that sleep, in one process on
-    held-out prompts (research/scripts/ort_threading_ab.py, research/results/ort_threading_ab.json)."""
+def ort_session_options(ort, threads: int | None):
+    """The options of every graph's session, target's and drafter's alike. The graphs are many small
+    nodes, so a pool that sleeps after each task pays a wake-up on every one; a pool that keeps spinning
+    after its call returns steals the cores from the next session's (the six sessions take turns: every
+    drafter ran at 0.3x). So every pool spins while its call runs and stops when it returns
+    (`session.force_spinning_stop`). Measured against pools that sleep, in one process on held-out
+    prompts (research/scripts/ort_threading_ab.py, research/results/ort_threading_ab.json)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if threads:

@@ -195,45 +195,47 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
                 independent.append((tps, tokens == baseline.tokens))
                 bar.update()
         base_tps = [s.tokens_per_s for s in per["target-only"]]
-        extra = []
+        for label, _, draft in runs:
+            results.append(_row(label, draft, per[label], base_tps, f"{lo}-{hi}"))
+            if "graph_ms_per_round" in results[-1]:
+                graph_ms[label] = results[-1]["graph_ms_per_round"]
         if independent:
-            extra.append({"drafter": OptimumBaseline.label, "bucket": f"{lo}-{hi}", "prompts": len(independent),
+            results.append({"drafter": OptimumBaseline.label, "bucket": f"{lo}-{hi}", "prompts": len(independent),
                             "tokens_per_s": statistics.median(t for t, _ in independent),
                             "speedup": statistics.median(t / b for (t, _), b in zip(independent, base_tps)),
                             "acceptance_length": 1.0,
                             "same_tokens_as_target_only": sum(same for _, same in independent) / len(independent)})
-        for label, _, draft in runs:
-            st = per[label]
-            row = {"drafter": label, "bucket": f"{lo}-{hi}", "prompts": len(st),
-                   "tokens_per_s": statistics.median(s.tokens_per_s for s in st),
-                   "speedup": statistics.median(s.tokens_per_s / b for s, b in zip(st, base_tps)),
-                   "acceptance_length": (float(np.mean([s.acceptance_length for s in st])) if draft != "none"
-                                         else 1.0)}
-            if draft != "none":
-                rounds = sum(s.rounds for s in st)
-                slots = np.sum([s.accepted_per_slot for s in st], axis=0)
-                row["accepted_per_slot"] = [float(x) / rounds for x in slots]
-                ms = _graph_ms_per_round(st)
-                row["graph_ms_per_round"] = ms
-                drafting = sum(v for g, v in ms.items() if g in DRAFTER_GRAPHS)
-                row["drafter_share"] = drafting / sum(ms.values()) if ms else 0.0
-                graph_ms[label] = ms
-            if draft == "model":
-                row["drafter_context_bytes"] = st[-1].drafter_context_bytes
-                expected = [e for s in st for e in s.expected_accepted]
-                if expected:  # the confidence head on these held-out rounds
-                    row["calibration"] = reliability(expected, [k for s in st for k in s.realised_accepted])
-            if draft == "hybrid":
-                row["lookup_share"] = sum(s.lookup_rounds for s in st) / max(1, sum(s.rounds for s in st))
-                row["skipped_read_share"] = sum(s.skipped_reads for s in st) / max(1, sum(s.rounds for s in st))
-            results.append(row)
-        results.extend(extra)
     bar.close()
     return {"results": results, "graph_ms": graph_ms,
             "target_kv_bytes": first.context_bytes(0)["target_kv_allocated"],
             "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens, "optimum_ort": optimum_status,
             "backend": cfg.backend, "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
             "seed": cfg.seed, "draft_cost": cfg.draft_cost}
+
+
+def _row(label: str, draft: str, st: list[Stats], base_tps: list[float], bucket: str) -> dict:
+    """One drafting mode's row of a bucket: medians over its prompts, and what its mode adds."""
+    row = {"drafter": label, "bucket": bucket, "prompts": len(st),
+           "tokens_per_s": statistics.median(s.tokens_per_s for s in st),
+           "speedup": statistics.median(s.tokens_per_s / b for s, b in zip(st, base_tps)),
+           "acceptance_length": float(np.mean([s.acceptance_length for s in st])) if draft != "none" else 1.0}
+    if draft != "none":
+        rounds = sum(s.rounds for s in st)
+        slots = np.sum([s.accepted_per_slot for s in st], axis=0)
+        row["accepted_per_slot"] = [float(x) / rounds for x in slots]
+        ms = _graph_ms_per_round(st)
+        row["graph_ms_per_round"] = ms
+        drafting = sum(v for g, v in ms.items() if g in DRAFTER_GRAPHS)
+        row["drafter_share"] = drafting / sum(ms.values()) if ms else 0.0
+    if draft == "model":
+        row["drafter_context_bytes"] = st[-1].drafter_context_bytes
+        expected = [e for s in st for e in s.expected_accepted]
+        if expected:  # the confidence head on these held-out rounds
+            row["calibration"] = reliability(expected, [k for s in st for k in s.realised_accepted])
+    if draft == "hybrid":
+        row["lookup_share"] = sum(s.lookup_rounds for s in st) / max(1, sum(s.rounds for s in st))
+        row["skipped_read_share"] = sum(s.skipped_reads for s in st) / max(1, sum(s.rounds for s in st))
+    return row
 
 
 def open_exports(artifacts, backend: str, threads: int | None) -> tuple[list[Runtime], list[str]]:

@@ -293,3 +293,23 @@ def pooled(report: dict) -> dict[str, dict]:
     """run -> its pooled row (for scripts)."""
     return {r["run"]: r for r in report["results"] if r["category"] == "all"}
 
+
+
+def markdown_chat(report: dict, categories: bool = True) -> str:
+    """The report as Markdown: pooled rows, then (categories) tau and speedup by category."""
+    rows = [r for r in report["results"] if r["category"] == "all"]
+    lines = ["| run | tau | decode tok/s | speedup | TTFT ms | drafter share | capped | same |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        same = f"{r['same_as_target_only']:.2f}" if "same_as_target_only" in r else "-"
+        lines.append(f"| {r['run']} | {r['tau']:.2f} | {r['decode_tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+                     f"{r['ttft_ms']:.0f} | {r['drafter_share']:.2f} | {r['capped_share']:.2f} | {same} |")
+    if categories:
+        cats = report["categories"]
+        lines += ["", "| run | " + " | ".join(f"{c} tau / speedup" for c in cats) + " |",
+                  "|---|" + "---:|" * len(cats)]
+        by = {(r["run"], r["category"]): r for r in report["results"]}
+        for r in rows:
+            cells = [f"{by[r['run'], c]['tau']:.2f} / {by[r['run'], c]['speedup']:.2f}x" for c in cats]
+            lines.append(f"| {r['run']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

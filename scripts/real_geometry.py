@@ -6,7 +6,7 @@ process, and its processes summed, sampled every 0.25 s: a large target's .pte i
 own), file
 sizes by format, per-graph ms at each committed length, the drafter's share of a round, and the speedup the
 loop would reach from those graph times, tau x decode / (verify + drafter), at the paper's tau (3.79,
-HyFlash on Phi-4-reasoning) and at the embedded pair's (docs/reference/bench.json, pooled over buckets).
+HyFlash on Phi-4-reasoning) and at the embedded pair's (research/reference/bench.json, pooled over buckets).
 Run it on an otherwise idle machine.
 
     .venv/bin/python scripts/real_geometry.py qwen3-0.6b [--contexts 1024,3072] [--max-context 4096]
@@ -36,10 +36,10 @@ RECIPE = ["--drafter", "random", "--quantize", "int4", "--quantize-target", "int
 def embedded_tau() -> float:
     """The embedded HyFlash drafter's tau in the README bench, pooled over its buckets (its row is named after
     its export folder: `hyflash`, or `v2-hyflash` since the second generation)."""
-    rows = json.loads((ROOT / "docs/reference/bench.json").read_text())["results"]
+    rows = json.loads((ROOT / "research/reference/bench.json").read_text())["results"]
     taus = [r["acceptance_length"] for r in rows if r["drafter"] in ("hyflash", "v2-hyflash")]
     if not taus:
-        raise SystemExit("docs/reference/bench.json has no row for the embedded HyFlash drafter")
+        raise SystemExit("research/reference/bench.json has no row for the embedded HyFlash drafter")
     return statistics.mean(taus)
 
 

@@ -225,6 +225,9 @@ def test_bench_chat_answers_every_turn_and_checks_every_mode(chat_export, tmp_pa
         assert runs[(f"{label}/{mode}", "b")]["answers"] == 2
     assert runs[(f"{label}/none", "all")]["speedup"] == 1.0
     assert report["machine"]["packages"]["onnxruntime"] and report["machine"]["cpu"]
+    from hyflash.runtime_py.chatbench import markdown_chat
+    table = markdown_chat(report)
+    assert f"| {label}/prompt-lookup |" in table and "b tau / speedup" in table
     # the two-turn conversation's second answer is what `hyflash chat` gives after the first
     from hyflash.models.generation import load_tokenizer
     conversation = Conversation(Runtime(folder), load_tokenizer(folder), GenerationConfig(max_new_tokens=12))

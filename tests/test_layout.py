@@ -3,6 +3,7 @@ sit at the top of a module (none hidden in a function to dodge a cycle), and no 
 folder imports itself back through another."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,3 +121,44 @@ def test_no_positional_graph_feeds():
                 if n.args and isinstance(n.args[0], (ast.List, ast.ListComp)) and name != "hyflash.runtime_py.backends":
                     offenders.append(name)
     assert not offenders, offenders
+
+
+MAX_FUNCTION_LINES = 60  # a function longer than this is probably two (the style guide's rule of thumb)
+MAX_MODULE_LINES = 500
+
+
+def test_functions_and_modules_stay_small():
+    big = []
+    for folder, package in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            source = path.read_text()
+            if source.count("\n") > MAX_MODULE_LINES:
+                big.append(f"{path.relative_to(ROOT)}: {source.count(chr(10))} lines")
+            for n in ast.walk(ast.parse(source)):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = n.end_lineno - n.lineno + 1
+                    if lines > MAX_FUNCTION_LINES:
+                        big.append(f"{path.relative_to(ROOT)}:{n.lineno} {n.name}: {lines} lines")
+    assert not big, big
+
+
+# paths made by commands, not committed: cited in docs as where a command writes
+MADE = ("data/corpus", "data/chat/smollm2-regen", "docs/results/")
+CITED = re.compile(r"(?<![\w./-])((?:models|export|runtime_py|train|tests|scripts|research|docs|data|runtime_cpp|"
+                   r"hyflash|\.ci)/[\w./*{},-]*\w)")
+
+
+def test_every_repository_path_cited_exists():
+    """Paths named in the README, the docs, the research index and the product's code and build files."""
+    sources = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml", ROOT / "research" / "README.md",
+               *(ROOT / "docs").glob("*.md"), *(ROOT / "runtime_cpp").rglob("*.[ch]*"),
+               *(p for f in (*FOLDERS, "scripts", "tests") for p in (ROOT / f).rglob("*.py"))]
+    missing = []
+    for source in sources:
+        for path in CITED.findall(source.read_text(errors="replace")):
+            if "*" in path or "{" in path or path.startswith(MADE) or (ROOT / path).exists():
+                continue
+            if source.is_relative_to(ROOT / "research") and (ROOT / "research" / path).exists():
+                continue  # the research index names its own folders relative to itself
+            missing.append(f"{source.relative_to(ROOT)}: {path}")
+    assert not missing, missing

@@ -204,19 +204,13 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
     device = pick_device(cfg.device)
     rank, size = world(device)  # first: the process group's backend follows the device
     if run_config is not None:
-        check_run_config(cfg.out, {**run_config, **{k: str(v) if isinstance(v, Path) else v
-                                                   for k, v in dataclasses.asdict(cfg).items()
-                                                   if k not in ("threads", "device", "checkpoint_every",
-                                                                "stop_after")}})
+        check_run_config(cfg.out, {**run_config, **_resume_identity(cfg)})
     if cfg.batch % size:
         raise ValueError(f"global batch {cfg.batch} is not divisible by the world size {size}")
     torch.manual_seed(cfg.seed)
     model.to(device)
     params = list(trainable(model).values())
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    opt = _optimizer(params, cfg)
     start, log = load_checkpoint(model, opt, cfg)
     # buffers (the drafter's view of the target's embedding and LM head, masks, the draft vocabulary) are
     # the same on every rank and never change: not re-sent every step (hundreds of MB at a real vocabulary)
@@ -243,30 +237,58 @@ def train(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, np.ndarray
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
-        stats = torch.tensor([loss.item(), *(float(v) for v in extra.values())], dtype=torch.float64, device=device)
-        if size > 1:
-            dist.all_reduce(stats)
-            stats /= size
-        entry = {"step": step + 1, "loss": stats[0].item(), "lr": cfg.lr_at(step),
+        entry = {"step": step + 1, **_mean_over_ranks(loss, extra, size, device), "lr": cfg.lr_at(step),
                  "grad_norm": float(grad_norm), "elapsed_s": round(time.time() - t0, 1),
-                 "tokens_per_s": round(count_tokens(batch) * size / (time.time() - t_step), 1),
-                 **{k: v.item() for k, v in zip(extra, stats[1:])}}
+                 "tokens_per_s": round(count_tokens(batch) * size / (time.time() - t_step), 1)}
         if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step + 1 == end):
-            was_training = model.training
-            model.eval()
-            with torch.no_grad(), autocast:
-                entry.update({f"heldout_{k}": float(v) for k, v in eval_fn(model).items()})
-            model.train(was_training)
+            entry.update(_held_out(model, eval_fn, autocast))
         log.append(entry)
         bar.set_postfix(loss=f"{entry['loss']:.3f}", tok_s=f"{entry['tokens_per_s']:.0f}",
                         **({"heldout_tau": f"{entry['heldout_tau']:.2f}"} if "heldout_tau" in entry else {}))
         if rank == 0 and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == end):
             save_checkpoint(model, opt, step + 1, cfg, log)
-            with open(cfg.out / "log.jsonl", "w") as f:
-                f.writelines(json.dumps(e) + "\n" for e in log)
+            write_log(cfg.out, log)
     if size > 1:
         _record_rank_checksums(params, rank, size, cfg.out)
     return log
+
+
+def _resume_identity(cfg: TrainConfig) -> dict:
+    """The settings a resumed run must share with the run it continues (not threads, device, cadence)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()
+            if k not in ("threads", "device", "checkpoint_every", "stop_after")}
+
+
+def _mean_over_ranks(loss: torch.Tensor, extra: dict, size: int, device) -> dict:
+    """The step's loss and metrics, averaged over the ranks."""
+    stats = torch.tensor([loss.item(), *(float(v) for v in extra.values())], dtype=torch.float64, device=device)
+    if size > 1:
+        dist.all_reduce(stats)
+        stats /= size
+    return {"loss": stats[0].item(), **{k: v.item() for k, v in zip(extra, stats[1:])}}
+
+
+def _optimizer(params: list[torch.Tensor], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW, weight decay on matrices only."""
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def _held_out(model: torch.nn.Module, eval_fn: Callable, autocast) -> dict:
+    """eval_fn's figures, named heldout_*, measured in eval mode."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), autocast:
+        out = {f"heldout_{k}": float(v) for k, v in eval_fn(model).items()}
+    model.train(was_training)
+    return out
+
+
+def write_log(out: Path, log: list[dict]) -> None:
+    with open(out / "log.jsonl", "w") as f:
+        f.writelines(json.dumps(e) + "\n" for e in log)
 
 
 def _record_rank_checksums(params, rank: int, size: int, out: Path) -> None:

@@ -159,7 +159,7 @@ def cmd_cache_features(args) -> int:
 
 
 def _corpus_parser(sub) -> None:
-    p = sub.add_parser("corpus", help="write the stdlib corpus and its train/held-out split")
+    p = sub.add_parser("corpus", help="write the stdlib corpus and its train and held-out split")
     p.add_argument("--out", type=Path, default=Path("data/corpus"))
     p.set_defaults(func=cmd_corpus)
 

@@ -28,7 +28,7 @@ args = ap.parse_args()
 if args.policy == "global-pool":
     ort_state.set_global_thread_pool_sizes(args.threads, 1)
 
-    def global_pool(ort, model, threads):
+    def global_pool(ort, threads):
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         opts.use_per_session_threads = False

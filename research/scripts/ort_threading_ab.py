@@ -11,6 +11,8 @@ lingering spin would slow whichever policy runs next.) "runtime" and "all-spin-i
 policy now, so their difference is the noise floor; "target-spins" was the runtime's for a day. The
 policies run in a fresh random order for every prompt. Output tokens must be the same under every
 policy, speculative and target-only. Measure on an idle machine.
+Written when `ort_session_options(ort, model, threads)` took the graph's model; run it at that commit
+(research/scripts/at_commit.sh 5d25a24 ...), the runtime's function now takes (ort, threads).
 Usage: python research/scripts/ort_threading_ab.py EXPORT [--contexts 256,1024,2048] [--prompts 6] [--threads 2]
     > research/results/x.json"""
 
