@@ -77,8 +77,6 @@ class DrafterConfig:
         if not isinstance(self.draft_vocab, int) or not 0 <= self.draft_vocab <= self.vocab_size:
             raise ValueError(f"drafter: draft_vocab must be 0 (all) or at most the vocabulary ({self.vocab_size}), "
                              f"got {self.draft_vocab!r}")
-        if self.lookup_input and self.draft_vocab:
-            raise ValueError("drafter: lookup_input needs the whole vocabulary (draft_vocab 0): lookup proposes any token")
         if self.window == "full" and self.memory != "off":
             raise ValueError("drafter: window='full' is the full-attention baseline; it needs memory='off'")
 
@@ -271,8 +269,19 @@ class Drafter(nn.Module):
         if self.cfg.markov_rank:
             logits = logits + self.markov(prev)
         if copy is not None:
-            logits = logits.scatter_add(-1, copy[0][..., None], copy[1][..., None].to(logits.dtype))
+            tokens, value = copy
+            index = self.head_index(tokens)  # a lookup token outside the draft vocabulary cannot be drafted:
+            value = torch.where(index >= 0, value, 0.0)  # its copy logit goes nowhere (its embedding still counts)
+            logits = logits.scatter_add(-1, index.clamp(min=0)[..., None], value[..., None].to(logits.dtype))
         return logits
+
+    def head_index(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Target ids -> their head indices (-1 for a token outside the draft vocabulary)."""
+        if not self.cfg.draft_vocab:
+            return tokens
+        index = torch.full((self.cfg.vocab_size,), -1, dtype=torch.long, device=tokens.device)
+        index[self.d2t] = torch.arange(self.cfg.draft_vocab, device=tokens.device)
+        return index[tokens]
 
     def markov(self, prev):
         """prev: (...) previous-slot tokens (target ids) -> logit bias (..., N)."""
@@ -307,7 +316,8 @@ class Drafter(nn.Module):
         conf = conf[0] if conf is not None else None  # (7,)
         if cfg.lookup_input:  # each slot's lookup token gains its copy logit (a compare, not a scatter: one op)
             copy = self.copy_logits(hn, lookup_match)  # (1, 7)
-            hit = lookup_tokens[:, None] == torch.arange(cfg.vocab_size)  # (7, N)
+            ids = self.d2t if cfg.draft_vocab else torch.arange(cfg.vocab_size)  # the head's target ids
+            hit = lookup_tokens[:, None] == ids  # (7, N): none where the token is outside the draft vocabulary
             base = base + torch.where(hit, copy[0][:, None], 0.0)[None]
         # the Markov chain, unrolled: slot k's bias comes from slot k-1's token (the anchor for slot 1).
         # Kept 3-D, (1, 1, ·) per slot: five nodes a slot, and the bias a MatMul (int4 quantizes it)

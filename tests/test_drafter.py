@@ -32,6 +32,8 @@ def tiny_drafter(seed=0, **overrides):
     with torch.no_grad():  # untrained weights are near-trivial; perturb everything so every path matters
         for name, p in drafter.named_parameters():
             p.add_(0.3 * torch.randn_like(p))
+        if cfg.draft_vocab:  # a scattered draft vocabulary: some of any block's tokens fall outside it
+            drafter.d2t.copy_(torch.randperm(V)[:cfg.draft_vocab])
     return drafter.eval()
 
 
@@ -67,7 +69,8 @@ def run_time(drafter, features, tokens, sizes, max_context, pad=float("nan")):
 CASES = [dict(memory=m, markov_rank=r, window=w)
          for m, r, w in itertools.product(["mamba2", "gated_deltanet", "off"], [8, 0], [6, 64])]
 CASES += [dict(memory="off", window="full"), dict(memory="mamba2", slot_attention=False, confidence=False),
-          dict(memory="mamba2", lookup_input=True), dict(memory="off", markov_rank=0, lookup_input=True)]
+          dict(memory="mamba2", lookup_input=True), dict(memory="off", markov_rank=0, lookup_input=True),
+          dict(memory="mamba2", lookup_input=True, draft_vocab=V // 2)]  # lookup tokens outside the head too
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
@@ -107,7 +110,10 @@ def _check_forms_agree(drafter, atol):
             assert (batched - rt_logits).abs().max() <= atol * scale
     diff = (tr_logits - rt_logits).abs()
     assert diff.max() <= atol * scale, f"max {diff.max():.3g}, mean {diff.mean():.3g}, logit scale {rt_logits.abs().max():.3g}"
-    assert torch.equal(tr_logits.argmax(-1), draft_tokens)
+    assert torch.equal(drafter.target_ids(tr_logits.argmax(-1)), draft_tokens)
+    if drafter.cfg.lookup_input and drafter.cfg.draft_vocab:  # lookup proposed tokens outside the head, and in it
+        inside = torch.isin(found[0], drafter.d2t)
+        assert inside.any() and not inside.all()
     if rt_conf is not None:
         assert (tr_conf - rt_conf).abs().max() <= atol
     assert rt_logits.std(0).mean() > 1e-2  # anchors really differ: the test is not comparing constants

@@ -47,3 +47,21 @@ def test_greedy_is_exact_and_the_drafts_read_the_block(request, backend):
     assert np.abs(logits[0] - logits[1]).max() > 0.1
     with pytest.raises(ValueError, match="reads prompt-lookup's block"):
         runtime.draft(prompt[-1], len(prompt) - 1)
+
+
+def test_a_draft_vocabulary_with_the_lookup_input_exports_and_stays_exact(qwen3_dir, tmp_path):
+    """--draft-vocab with --lookup-input: a lookup token outside the draft vocabulary keeps its input embedding
+    and gets no copy logit (it cannot be drafted); exported, validated and exact in the loop."""
+    from conftest import export_folder, random_drafter_folder
+
+    folder = random_drafter_folder(qwen3_dir, tmp_path / "drafter", seed=7, scale=0.3, lookup_input=True,
+                                   draft_vocab=48)
+    out = export_folder(qwen3_dir, folder, tmp_path / "onnx", "onnx")
+    assert [r for r in summarize(validate(out)) if not r.ok] == []
+    runtime = Runtime(out)
+    rng = np.random.default_rng(5)
+    phrase = rng.integers(3, 96, 9).tolist()
+    prompt = rng.integers(3, 96, 12).tolist() + phrase + rng.integers(3, 96, 6).tolist() + phrase[:4]
+    assert any(t >= 48 for t in phrase) and any(t < 48 for t in phrase)  # lookup proposes tokens both sides
+    out_tokens = tokens_by_draft(runtime, prompt, 24, ("model", "none"))
+    assert out_tokens["model"] == out_tokens["none"]
