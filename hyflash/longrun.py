@@ -1,4 +1,4 @@
-"""The long run (issue 8): speculative generation until an export's usable context is full.
+"""The long run: speculative generation until an export's usable context is full.
 
 Checks, round by round, what an on-device app relies on over a long session: the drafter's
 context keeps the same buffers' shapes and bytes (it never grows with the text), nothing in it turns

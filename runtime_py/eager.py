@@ -57,7 +57,7 @@ class EagerBackend(Backend):
 
     @torch.no_grad()
     def limited_state(self, committed: int) -> torch.Tensor:
-        """The ablation's memory (issue 15): the Mamba-2 state after positions 0..committed-1 with only the
+        """The ablation's memory: the Mamba-2 state after positions 0..committed-1 with only the
         last M contributing, S = sum over t in [committed - M, committed) of exp(cum_{committed-1} - cum_t)
         dt_t x_t B_t^T per layer (the training form's `states_at`), from the kept features. A fixed-size
         state cannot forget, so this is recomputed every round: (L_d, h, P, N)."""

@@ -1,4 +1,4 @@
-"""`hyflash probe`: acceptance when the evidence for the continuation is near, or far back (issue 15).
+"""`hyflash probe`: acceptance when the evidence for the continuation is near, or far back.
 
 A probe prompt holds a passage of held-out text (96 tokens), filler of other held-out text (D
 tokens), and the passage's first 24 tokens again (the cue). What comes next is predictable from

@@ -1,4 +1,4 @@
-"""Issue 17: an export at a real model's geometry, measured on this machine. A checkpoint with the preset's
+"""An export at a real model's geometry, measured on this machine. A checkpoint with the preset's
 exact geometry and random weights (no download: random weights cost what real ones do) is exported in both
 formats with the shipping recipe (int4 target, int4 drafter, int4 vocabulary tables, a random HyFlash
 drafter) and profiled on both backends. Reported: export wall time and peak RSS (the export's largest

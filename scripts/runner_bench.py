@@ -1,4 +1,4 @@
-"""Issue 18: hyflash-run beside the Python runtime (executorch backend) on one export, side by side in
+"""hyflash-run beside the Python runtime (executorch backend) on one export, side by side in
 one run: held-out prompts per bucket, each decoded by every runtime in turn (the order alternating from
 prompt to prompt), with the drafter and without; the tokens must be equal. Per runtime and bucket: decode
 tokens/s, prefill tokens/s, per-graph ms (means over the runs). Run it on an otherwise idle machine.

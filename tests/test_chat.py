@@ -1,4 +1,4 @@
-"""Talking to an export as an app does (issue 17): the export carries generation_config.json and the chat
+"""Talking to an export as an app does: the export carries generation_config.json and the chat
 template; `generate --chat` equals `transformers`' greedy answer to the templated prompt and stops at the
 generation config's EOS; a conversation keeps the target's cache and the drafter's context between turns and
 prefills only the new turn, with the same tokens as one generation over the whole history; top-k as

@@ -1,4 +1,4 @@
-"""The copy curriculum (issue 14): probe greedy = the target's greedy, repeat rows as declared,
+"""The copy curriculum: probe greedy = the target's greedy, repeat rows as declared,
 --init-from continues from a folder's exact weights, and a curriculum run resumes."""
 
 import json

@@ -1,4 +1,4 @@
-"""Training devices (issue 16): which device a process trains on and which process group it joins.
+"""Training devices: which device a process trains on and which process group it joins.
 Only torch's device queries are mocked; everything else is the real selection code."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Hybrid drafting's rule (issue 14): constants from measured rounds, the larger expectation wins."""
+"""Hybrid drafting's rule: constants from measured rounds, the larger expectation wins."""
 
 import numpy as np
 from hypothesis import given, settings

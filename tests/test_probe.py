@@ -1,4 +1,4 @@
-"""The nearby / distant evidence probes (issue 15): how the prompts are built, and `hyflash probe` end to end
+"""The nearby / distant evidence probes: how the prompts are built, and `hyflash probe` end to end
 on a real export (every greedy run equal to target-only, a tau per drafter, kind and distance)."""
 
 import json

@@ -1,4 +1,4 @@
-"""Real checkpoints' vocabularies and chat (issue 16): a drafter trained on a user's chat .jsonl for a
+"""Real checkpoints' vocabularies and chat: a drafter trained on a user's chat .jsonl for a
 target with a 151,936-token (Qwen3) or 128,256-token (Llama-3) vocabulary, exported, validated, and
 generating what `transformers` generates. No hub: the tokenizers are built here, with their own chat
 templates, special tokens at the real ids, and end-of-text from generation_config.json."""

@@ -1,5 +1,5 @@
 """The embedded reference pair, exported as a user would: greedy output is the target's on both
-backends, the text is Python, and a long run to the usable context stays exact (issues 5, 6, 8)."""
+backends, the text is Python, and a long run to the usable context stays exact."""
 
 import json
 import os

@@ -1,5 +1,5 @@
 """hyflash-run (runtime_cpp/): the loop in C++ over the .pte programs gives the Python runtime's tokens,
-samples the target's distribution, and refuses bad input in one line (issue 18)."""
+samples the target's distribution, and refuses bad input in one line."""
 
 import json
 import shutil

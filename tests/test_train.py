@@ -151,7 +151,7 @@ def test_a_checkpoint_without_its_optimizer_state_resumes_at_its_step(tmp_path):
     assert torch.allclose(fresh.weight, model.weight.to(torch.bfloat16).float())
 
 
-# ---------------------------------------------------------------- regenerated data (issue 14)
+# ---------------------------------------------------------------- regenerated data
 
 def _regen_args(corpus, out, *extra):
     data, run = corpus

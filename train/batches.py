@@ -145,7 +145,7 @@ class StreamRows:
 class DistantRepeats:
     """Rows of `base` in which, in a `share` of them, a span of the row's own text is copied again
     `gap` tokens after its end, with the anchors only inside the copy, from its `cue`-th token on and
-    while all 7 labels are predicted from copied tokens (issue 15): what the target continues there is
+    while all 7 labels are predicted from copied tokens: what the target continues there is
     what it read span + gap tokens back, out of a window of fewer; a drafter sees it through its memory,
     or only as far as the target's features inside the window carry it. Labels stay the target's own
     choices (`Distill`), which follow the copy as far as the target copies. The copy may fall in a

@@ -1,4 +1,4 @@
-"""The distant-repeat copy-rate probe (issue 14): does the target copy a passage it saw long ago?
+"""The distant-repeat copy-rate probe: does the target copy a passage it saw long ago?
 
 One probe: a held-out passage of 256 tokens, then F tokens of other held-out code (the filler),
 then the passage's first 24 tokens again; the target continues greedily for 64 tokens, compared

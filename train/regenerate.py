@@ -1,4 +1,4 @@
-"""`hyflash regenerate`: the target writes its own continuations of training prompts (issue 14).
+"""`hyflash regenerate`: the target writes its own continuations of training prompts.
 
 A drafter is used on the target's own text, so it should learn from it: slot k must guess the
 target's choice after the target's *own* chain, which a corpus label (the choice after the

@@ -1,4 +1,4 @@
-"""Training rows with repeated spans, for the target's copy curriculum (issue 14).
+"""Training rows with repeated spans, for the target's copy curriculum.
 
 Three kinds of row, each `length` tokens (the loss stays plain next-token LM loss on all tokens):
 

@@ -1,4 +1,4 @@
-"""A user's own data for `train-drafter --data`, in the target's own tokens (issue 16).
+"""A user's own data for `train-drafter --data`, in the target's own tokens.
 
 Accepted: a text file, a folder of files (every file read as text, `.jsonl` parsed), or `.jsonl`
 with one JSON object per line holding either `text` (a document) or `messages` (a chat:

@@ -231,7 +231,7 @@ def _train_drafter_parser(sub) -> None:
     p.add_argument("--anchors", type=positive(), default=48, help="anchors sampled per sequence")
     p.add_argument("--distant-repeats", type=share, default=None, metavar="SHARE",
                    help="in this share of rows a span of 48-96 tokens is copied again 128-256 tokens after itself, "
-                        "anchors only in the copy: evidence out of the window (issue 15); held-out rows too")
+                        "anchors only in the copy: evidence out of the window; held-out rows too")
     p.add_argument("--no-feature-cache", action="store_true",
                    help="a conversations folder: run the target on its rows instead of reading its feature cache")
     p.add_argument("--eval-every", type=positive(), default=100, help="held-out tau every K steps (in the log)")
