@@ -131,7 +131,7 @@ def _save(path: Path, write) -> str:
 def _npz(arrays: dict):
     def write(f):
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        np.savez_compressed(buf, **arrays)  # a conversation row is mostly padding
         f.write(buf.getvalue())
     return write
 
