@@ -22,7 +22,7 @@ says where to stop, so a pilot is the start of the full run):
   int32, the target's argmax after each position where it was computed (the answers and each
   prompt's last token; -1 elsewhere); memory-mapped by the trainer; not committed (GBs);
 - `checksums.json` and `features/checksums.json`: sha256 of every finished file;
-- `throughput.json`: answer tokens, seconds and tokens/s of the shards written by each run.
+- `throughput.json`: answer tokens, seconds and tokens/s of the shards written by each run, and each shard's.
 """
 
 from __future__ import annotations
@@ -187,6 +187,8 @@ def regenerate_chats(model: Target, tokenizer, eos: tuple[int, ...], conversatio
         run["answer_tokens"] += n
         run["seconds"] = round(run["seconds"] + time.perf_counter() - t, 1)
         run["answer_tokens_per_s"] = round(run["answer_tokens"] / run["seconds"], 1)
+        run.setdefault("per_shard", []).append({"shard": i, "answer_tokens": n,
+                                                "seconds": round(time.perf_counter() - t, 1)})
         write_json_atomic(out / "throughput.json", runs)
         bar.update(n)
         bar.set_postfix(tok_s=f"{n / (time.perf_counter() - t):.0f}")
