@@ -59,7 +59,7 @@ def test_code_tasks_change_one_operator_for_a_bug_and_read_the_train_split():
     bugged = _mutate(code, rng)
     assert bugged != code and len(bugged.splitlines()) == len(code.splitlines())
     assert _mutate("def f():\n    pass\n", rng) is None
-    rows = code_prompts(40, np.random.default_rng(1))
+    rows = code_prompts(40, np.random.default_rng(1), limit_files=80)
     assert len(rows) == 40 and all(r["category"] == "code" and "```python" in r["turns"][0] for r in rows)
 
 

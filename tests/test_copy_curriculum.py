@@ -157,7 +157,8 @@ def _train_target(tiny_corpus, run, curriculum, *flags):
     """train-target from the tiny corpus's init on `curriculum`, 2 rows of 64 tokens."""
     from hyflash.cli import main
 
-    return main(["train-target", "--corpus", str(tiny_corpus), "--tokenizer", str(tiny_corpus / "tokenizer.json"),
+    return main(["research", "train-target", "--corpus", str(tiny_corpus), "--tokenizer",
+                 str(tiny_corpus / "tokenizer.json"),
                  "--out", str(run), "--init-from", str(tiny_corpus / "init"), "--curriculum", curriculum,
                  "--seq-len", "64", "--batch", "2", "--warmup", "1", *flags])
 

@@ -123,14 +123,21 @@ def test_ddp_two_ranks_match_one_process(corpus, tmp_path):
 def test_eval_target_reports_loss_by_position(corpus, tmp_path, capsys):
     data, run = corpus
     png = tmp_path / "lbp.png"
-    assert main(["eval-target", "--target", str(run / "model"), "--corpus", str(data), "--tokenizer",
-                 str(data / "tokenizer.json"), "--seq-len", "32", "--windows", "3", "--plot", str(png), "--json",
-                 "--copy-fillers", "8,16", "--copy-probes", "2"]) == 0
+    args = ["--target", str(run / "model"), "--corpus", str(data), "--tokenizer", str(data / "tokenizer.json"),
+            "--seq-len", "32", "--windows", "3", "--json"]
+    assert main(["eval-target", *args, "--plot", str(png)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["windows"] >= 1 and 0 <= report["accuracy"] <= 1 and report["loss"] > 0
+    assert "copy_rate" not in report and png.stat().st_size > 5000
+    # the copy probes are the research group's (the reference target's experiments), not the product command's
+    with pytest.raises(SystemExit) as refused:
+        main(["eval-target", *args, "--copy-fillers", "8,16"])
+    assert refused.value.code == 2
+    assert main(["research", "eval-target", *args, "--copy-fillers", "8,16", "--copy-probes", "2"]) == 0
+    report = json.loads(capsys.readouterr().out)
     assert (set(report["copy_rate"]) == set(report["copy_accuracy_teacher_forced"])
             == set(report["copy_recovery_teacher_forced"]) == {"copy_8", "copy_16"})
-    assert [b["to"] for b in report["loss_by_position"]][-1] == 32 and png.stat().st_size > 5000
+    assert [b["to"] for b in report["loss_by_position"]][-1] == 32
 
 
 def test_a_checkpoint_without_its_optimizer_state_resumes_at_its_step(tmp_path):

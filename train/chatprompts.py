@@ -177,8 +177,9 @@ def _mutate(code: str, rng: np.random.Generator) -> str | None:
     return code[:at] + b + code[at + len(a):]
 
 
-def code_prompts(n: int, rng: np.random.Generator) -> list[dict]:
-    functions = _functions()
+def code_prompts(n: int, rng: np.random.Generator, limit_files: int | None = None) -> list[dict]:
+    """n code tasks on functions of the stdlib's train split (its first `limit_files` files only, if given)."""
+    functions = _functions(limit_files)
     order = rng.permutation(len(functions))
     out = []
     for i in order:
