@@ -256,3 +256,27 @@ def test_generate_cut_at_a_stop_string_still_reports_its_speed(chat_export, caps
     cut = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert cut["stop_reason"] == "stop string" and len(cut["tokens"]) < len(full["tokens"])
     assert cut["decode_s"] > 0 and cut["tokens_per_s"] > 0 and cut["drafter_context_bytes"]
+
+
+def test_onnxruntime_genai_peer_gives_the_targets_greedy_tokens(tmp_path, monkeypatch):
+    """The peer bench --chat measures: onnxruntime-genai's own builder run on a target folder (through
+    genai_build), fed ids; in fp32 its greedy answer is the target's own (`transformers`')."""
+    pytest.importorskip("onnxruntime_genai")
+    from gguf_files import bpe_tokenizer
+    from hyflash.runtime_py.peers import GenaiPeer, build_genai
+
+    monkeypatch.setenv("HYFLASH_CACHE", str(tmp_path / "cache"))
+    target = tmp_path / "llama"  # head size 16: onnxruntime-genai's attention needs a multiple of 16
+    tok = bpe_tokenizer()  # <|endoftext|>, <|im_start|>, <|im_end|> at 0, 1, 2
+    hf = save_hf_model("llama", target, vocab_size=tok.get_vocab_size(), rope_theta=500.0)  # theta: carried?
+    tok.save(str(target / "tokenizer.json"))
+    (target / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                              "eos_token": "<|im_end|>", "bos_token": "<|im_start|>"}))
+    (target / "generation_config.json").write_text(json.dumps({"eos_token_id": [2], "do_sample": False}))
+    peer = GenaiPeer(build_genai(target, "fp32"), 1, False, "ort-genai-fp32")
+    prompt = [5, 6, 7, 80, 81, 9]
+    want = hf.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False, eos_token_id=2,
+                       pad_token_id=0)[0, len(prompt):].tolist()
+    want = want[:want.index(2) + 1] if 2 in want else want
+    got = peer.answer(prompt, 10, (2,))
+    assert got.tokens == want and got.decode_s > 0
