@@ -263,6 +263,7 @@ def test_onnxruntime_genai_peer_gives_the_targets_greedy_tokens(tmp_path, monkey
     genai_build), fed ids; in fp32 its greedy answer is the target's own (`transformers`')."""
     pytest.importorskip("onnxruntime_genai")
     from gguf_files import bpe_tokenizer
+
     from hyflash.runtime_py.peers import GenaiPeer, build_genai
 
     monkeypatch.setenv("HYFLASH_CACHE", str(tmp_path / "cache"))
