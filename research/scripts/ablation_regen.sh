@@ -7,7 +7,7 @@
 # prompt-lookup and hybrid (each drafter calibrated on regenerated training text) beside them.
 # TARGET defaults to the embedded target; every step resumes where it stopped.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 TARGET=${TARGET:-reference} STEPS=${STEPS:-600} OUT=${OUT:-runs/ablation} RESULT=${RESULT:-research/results/ablation_regen.json}
 mkdir -p "$OUT" results

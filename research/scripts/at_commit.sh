@@ -7,7 +7,7 @@
 # to that commit's files; the editable install's finder (which maps hyflash.models etc. to this
 # checkout) comes after the path and never sees them. `python` is this checkout's .venv.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 commit=$1; shift
 tmp=$(mktemp -d)
 trap 'git -C "$here" worktree remove --force "$tmp/wt" 2>/dev/null; rm -rf "$tmp"' EXIT

@@ -7,7 +7,7 @@
 #        RUNS=checkpoints/drafters-v2 on a fresh clone: the committed weights of the finished runs)
 # tau does not depend on the machine's load; the tokens/s columns are figures only on an idle machine.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 source research/scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} RUNS=${RUNS:-runs/reference-v2}

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from hyflash.models.loading import load_target, save_target
 
 src, out = Path(sys.argv[1]), Path(sys.argv[2])
-ref = Path(__file__).resolve().parents[1] / "hyflash" / "reference" / "target"
+ref = Path(__file__).resolve().parents[2] / "hyflash" / "reference" / "target"
 model = load_target(ref)
 missing, unexpected = model.load_state_dict({k: v.float() for k, v in load_file(src / "model.safetensors").items()},
                                             strict=False)

@@ -13,7 +13,7 @@
 # continue STEPS_GDN (400) steps the same way; ${RESULT}_gdn.json.
 # Every step resumes where it stopped; rerun the script to continue.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 source research/scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} REGEN=${REGEN:-data/regen-v2} BEFORE=${BEFORE:-checkpoints/long-range}

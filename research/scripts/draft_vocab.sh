@@ -4,7 +4,7 @@
 # recipe with --draft-vocab 1024 (the head scores the 1,024 most frequent corpus tokens), benched side
 # by side on held-out prompts: tau per bucket and draft_read ms per round.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 TARGET=${TARGET:-reference} STEPS=${STEPS:-600} OUT=${OUT:-runs/ablation} RESULT=${RESULT:-research/results/draft_vocab.json}
 [ -f "$OUT/drafter-corpus/model/model.safetensors" ] || { echo "run research/scripts/ablation_regen.sh first" >&2; exit 2; }

@@ -4,7 +4,7 @@
 # `hyflash profile` on both exports, alternating, RUNS times each, 2 threads; the machine otherwise idle
 # (pause anything else). BEFORE is an export made at the commit before the change (research/scripts/at_commit.sh).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 BEFORE=${BEFORE:-runs/exports/s6-before} AFTER=${AFTER:-runs/exports/s6-after} RUNS=${RUNS:-3}
 [ -f "$AFTER/manifest.json" ] || $H export --target reference --drafter reference --out "$AFTER" --format onnx

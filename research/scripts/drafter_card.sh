@@ -19,7 +19,7 @@
 #                                              --init-from: its card's log holds both stages, one after the other)
 # Exports go to $EXPORTS-<name> (default runs/exports/v2-<name>): delete them after installing new weights.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 RUNS=${RUNS:-runs} EXPORTS=${EXPORTS:-runs/exports/v2} PROMPTS=${PROMPTS:-8}
 names=("$@")

@@ -32,7 +32,7 @@ from hyflash.models.target import greedy
 from hyflash.runtime_py.bench import BenchConfig, export_tokenizer, make_prompts, run_once, source_texts
 from hyflash.runtime_py.loop import Runtime
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:

@@ -16,7 +16,7 @@
 #   (research/reference/bench.json, bench_t1.json; PLAIN adds the HyFlash row without the lookup input).
 # Every step resumes where it stopped; rerun the script to continue.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 source research/scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} V2=${V2:-runs/reference-v2} OUT=${OUT:-runs/long-range}

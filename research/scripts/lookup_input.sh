@@ -15,7 +15,7 @@
 # ordinary bench and the evidence probes (${RESULT}_window.json, ${RESULT}_window_probe.json).
 # Every step resumes where it stopped.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 source research/scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} REGEN=${REGEN:-data/regen-v2} OUT=${OUT:-runs/lookup-input}

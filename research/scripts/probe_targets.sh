@@ -7,7 +7,7 @@
 # research/results/probe_target_v3.* were made with the stage-E weights (commit 8efeb0a); checkpoints/target-v3 is
 # now the stage-F model (research/reference/MODEL_CARD.md), so a rerun measures that one.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 mkdir -p runs/exports results
 for name in reference v3; do

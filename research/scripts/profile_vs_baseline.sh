@@ -6,7 +6,7 @@
 # The format-1 side runs the code of the commit that measured research/results/profile_baseline.json, from a
 # temporary git worktree, on its own export of the reference pair (made once, under runs/exports/).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BACKEND=${1:-onnxruntime}
 RUNS=${RUNS:-3}
 BASE=03363dd  # "hyflash profile ...; research/results/profile_baseline.json" (format 1)

@@ -7,7 +7,7 @@
 #   speed drifts: only side-by-side ratios mean anything)           -> research/results/pte_verify_rows.json
 # Exports are made once, under runs/exports/pte-*.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-2}
 ONE_CALL=b32ef8b  # the last commit whose target_verify attends the block in one call
 PY=$PWD/.venv/bin/python

@@ -2,7 +2,7 @@
 # The embedded reference pair, made by the project's own commands (docs/design.md; issue 6).
 # Each step resumes where it stopped (checkpoints under runs/); rerun the script to continue.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 
 [ -f data/corpus/train.txt ] || $H corpus --out data/corpus

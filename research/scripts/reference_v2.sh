@@ -7,7 +7,7 @@
 # DeltaNet (twice as slow a step). Two runs at a time, one thread each. Every step resumes where it
 # stopped (checkpoints every 25 steps under $OUT): rerun the script to continue.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 source research/scripts/lib.sh
 TARGET=${TARGET:-checkpoints/target-v3h-copy6} OUT=${OUT:-runs/reference-v2} REGEN=${REGEN:-data/regen-v2}

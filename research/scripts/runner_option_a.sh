@@ -5,7 +5,7 @@
 # libraries (torch/lib: ~450 MB) and libpython at run time. Builds build/runtime_cpp_a/hyflash-run-a
 # from the objects of `make runner`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 make runner > /dev/null
 SP=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 ET=$SP/executorch
@@ -17,7 +17,7 @@ g++ -O2 -std=c++17 -DC10_USING_CUSTOM_GENERATED_MACROS -DET_EVENT_TRACER_ENABLED
   runtime_cpp/src/main.cc build/runtime_cpp/libhyflash_runtime.a -o build/runtime_cpp_a/hyflash-run-a \
   -Wl,--no-as-needed "$ET/extension/llm/custom_ops/libcustom_ops_aot_lib.so" \
   "$ET/lib/libexecutorch_backend_xnnpack.so" "$ET/lib/libexecutorch_kernels_optimized.so" \
-  "$ET/lib/libexecutorch_threadpool.so" "$ET/lib/libexecutorch.so" \
+  "$ET/lib/libexecutorch_kernels_quantized.so" "$ET/lib/libexecutorch_threadpool.so" "$ET/lib/libexecutorch.so" \
   -L"$SP/torch/lib" -ltorch -ltorch_cpu -lc10 -L"$PYLIB" -lpython"$PYVER" -Wl,--as-needed \
   -Wl,-rpath,"$ET/lib:$ET/extension/llm/custom_ops:$ET/extension/pybindings:$SP/torch/lib:$PYLIB"
 echo build/runtime_cpp_a/hyflash-run-a

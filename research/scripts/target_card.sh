@@ -2,7 +2,7 @@
 # After `hyflash train-target` finishes: install the target as the embedded reference and make the
 # figures its model card quotes (loss curve, loss by position, held-out accuracy).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dest=hyflash/reference/target  # what the package carries: config, weights, tokenizer
 card=research/reference/target        # what the model card quotes: log, curves, held-out figures
 mkdir -p "$dest" "$card"

@@ -15,7 +15,7 @@
 # schedule and the curriculum stage are functions of the step and --steps); to keep a session's
 # progress: research/scripts/target_v2_keep.sh (bf16 weights, step and log into checkpoints/target-v2).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 
 [ -f data/corpus/train.txt ] || $H corpus --out data/corpus

@@ -3,7 +3,7 @@
 # its latest checkpoint's weights in bf16 (21 MB; the fp32 weights and the 84 MB of Adam moments stay
 # under runs/), the step and the log (state.json), and the log as JSON lines beside the model card.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 src=runs/target-v2/checkpoint dest=checkpoints/target-v2
 mkdir -p "$dest" research/reference/target-v2
 .venv/bin/python - "$src" "$dest" <<'PY'

@@ -18,7 +18,7 @@
 # Probes every 50 steps (25 in B): distant-repeat copy rate (filler 256 / 1,536), held-out loss, induction.
 # Threads: A and B ran on 1 (the other core was in use), C, D and E on 2.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 PY=.venv/bin/python
 

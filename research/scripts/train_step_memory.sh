@@ -3,7 +3,7 @@
 # kept fp32 copies of the embedding and LM head, and training computed full-vocabulary logits for the
 # target at every position and for the drafter at every slot) and after (this checkout).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BEFORE=${BEFORE:-b994ada}
 before=$(research/scripts/at_commit.sh "$BEFORE" python research/scripts/train_step_memory.py 1)
 after=$(.venv/bin/python research/scripts/train_step_memory.py 1)

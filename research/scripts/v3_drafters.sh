@@ -6,7 +6,7 @@
 # the distant / nearby evidence probes beside prompt-lookup and the history-limited ablation. A smaller
 # budget than the embedded drafters' (the cores are shared with other work); every step resumes.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 H=.venv/bin/hyflash
 TARGET=${TARGET:-checkpoints/target-v3} STEPS=${STEPS:-800} OUT=${OUT:-runs/v3} RESULT=${RESULT:-research/results/probe_v3_drafters}
 REGEN=${REGEN:-$OUT/regen}  # another run's regenerated text can be reused
