@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hyflash.models.loading import weights_sha256
 from hyflash.models.pull import cache_root
+from hyflash.runtime_py.bench import OptimumBaseline
 
 PEERS = ("onnxruntime-genai", "optimum-ort")
 GENAI_PRECISIONS = ("fp32", "int4")
@@ -104,19 +105,8 @@ class GenaiPeer:
         return PeerRun(tokens[:cut], (first or end) - t0, end - (first or end))
 
 
-class OptimumPeer:
-    """optimum-onnx's ORTModelForCausalLM (its own export of the target folder), greedy, target-only."""
-
-    label = "optimum-ort"
-
-    def __init__(self, target_dir: Path, threads: int | None):
-        import onnxruntime as ort
-        from optimum.onnxruntime import ORTModelForCausalLM
-
-        opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
-        self.model = ORTModelForCausalLM.from_pretrained(str(target_dir), export=True, session_options=opts)
+class OptimumPeer(OptimumBaseline):
+    """bench's optimum-ort baseline answering a chat turn: greedy, target-only, stopping at end of turn."""
 
     def answer(self, prompt: list[int], max_new: int, eos: tuple[int, ...]) -> PeerRun:
         import torch
