@@ -198,6 +198,44 @@ def test_cache_features_rebuilds_the_cache_regeneration_wrote(conversations, tmp
                                       np.load(folder / "features" / f"shard-{i:05d}.labels.npy"))
 
 
+def test_a_checkout_without_features_extends_the_run_and_rewrites_nothing(conversations, tmp_path):
+    """The committed shards without their (uncommitted) features: a rerun with a larger --tokens writes only
+    new shards, and the answer-token count adds up; the missing features are cache-features' to rebuild."""
+    import shutil
+
+    from gguf_files import CHATML, bpe_tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from hyflash.train.conversations import ChatRegenConfig, regenerate_chats
+
+    folder, model = conversations
+    copy = tmp_path / "clone"
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("features"))
+    (copy / "shard-00002.npz").unlink()
+    sums = json.loads((copy / "checksums.json").read_text())
+    del sums["shard-00002.npz"]  # the run stopped after two shards
+    (copy / "checksums.json").write_text(json.dumps(sums))
+    counts = json.loads((copy / "answer_tokens.json").read_text())
+    del counts["shard-00002"]
+    (copy / "answer_tokens.json").write_text(json.dumps(counts))
+    before = {p.name: p.read_bytes() for p in copy.glob("shard-*.npz")}
+    raw = bpe_tokenizer()
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw)
+    tok.chat_template = CHATML
+    rng = np.random.default_rng(0)
+    words = ["hello", "world", "quick", "fox", "lazy", "dog", "tiny", "add"]
+    rows = [{"turns": [" ".join(rng.choice(words, 5))] + ([" ".join(rng.choice(words, 3))] if i % 3 == 0 else []),
+             "category": "a"} for i in range(60)]
+    cfg = ChatRegenConfig(tokens=10**6, max_new=24, seq_len=200, batch=20, greedy_share=0.5)
+    summary = regenerate_chats(model, tok, (raw.token_to_id("<|im_end|>"),), rows, cfg, copy,
+                               {"target": "tiny", "target_sha256": "x"}, progress=False)
+    assert summary["throughput"]["shards"] == 1 and summary["throughput"]["per_shard"][0]["shard"] == 2
+    assert {p.name: p.read_bytes() for p in copy.glob("shard-*.npz") if p.name in before} == before
+    with np.load(copy / "shard-00002.npz") as got, np.load(folder / "shard-00002.npz") as want:
+        assert all((got[k] == want[k]).all() for k in want.files)  # a shard is a function of its index
+    assert summary["answer_tokens"] == sum(json.loads((folder / "answer_tokens.json").read_text()).values())
+
+
 def test_train_drafter_reads_the_cache_and_refuses_rows_it_does_not_hold(conversations, tmp_path, capsys):
     from test_copy_curriculum import tiny_target as make
 

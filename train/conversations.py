@@ -164,8 +164,7 @@ def regenerate_chats(model: Target, tokenizer, eos: tuple[int, ...], conversatio
                disable=not progress, dynamic_ncols=True)
     for i in range(shards_max):
         name = f"shard-{i:05d}"
-        done = f"{name}.npz" in sums and (not cfg.features or f"{name}.npy" in fsums)
-        if done:
+        if f"{name}.npz" in sums:  # written: kept (a checkout without the features rebuilds them with cache-features)
             continue
         if written >= cfg.tokens:
             break
