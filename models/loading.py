@@ -27,7 +27,8 @@ REFERENCE = files("hyflash") / "reference"
 REFERENCE_NAMES = {
     "target": {"reference": "target"},
     "drafter": {"reference": "drafter-hyflash", "reference-swa": "drafter-swa",
-                "reference-full": "drafter-full", "reference-gdn": "drafter-gdn"},
+                "reference-full": "drafter-full", "reference-gdn": "drafter-gdn",
+                "smollm2-135m-instruct": "drafter-smollm2"},  # SmolLM2-135M-Instruct's HyFlash drafter
 }
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
@@ -190,6 +191,12 @@ def save_target(model: Target, folder: str | Path, raw_config: dict, dtype=torch
     (folder / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n")
 
 
+def embedded(name: str, kind: str) -> bool:
+    """Whether this installation carries the embedded model `name`."""
+    return name in REFERENCE_NAMES[kind] and (Path(str(REFERENCE / REFERENCE_NAMES[kind][name])) /
+                                               "config.json").is_file()
+
+
 def resolve(path_or_name: str | Path, kind: str) -> Path:
     """A folder path, the embedded model of that name (`kind` is "target" or "drafter"), or for a target the
     name of a pullable model (`hyflash.models.pull`)."""
@@ -228,7 +235,7 @@ def drafter_config_dict(folder: Path) -> dict:
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder}: not a drafter folder (no config.json); pass a drafter folder, 'random', "
-                                "or an embedded one: reference, reference-swa, reference-full, reference-gdn")
+                                f"or an embedded one: {', '.join(REFERENCE_NAMES['drafter'])}")
     raw = read_json_object(path)
     if not isinstance(raw.get("hyflash_drafter"), dict):
         raise ValueError(f"{path}: not a hyflash drafter config (no 'hyflash_drafter' object)")

@@ -14,13 +14,15 @@ from hyflash.demo import PROMPT
 from hyflash.models.loading import resolve
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 
+DEMO = [sys.executable, "-m", "hyflash.cli", "demo", "--pair", "reference", "--json"]
+
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """`hyflash demo --json` on a fresh cache: it exports the reference pair (ONNX), validates it,
     generates; its export is the one the other tests use."""
     cache = tmp_path_factory.mktemp("cache")
-    out = subprocess.run([sys.executable, "-m", "hyflash.cli", "demo", "--json"], capture_output=True, text=True,
+    out = subprocess.run(DEMO, capture_output=True, text=True,
                          env={**os.environ, "XDG_CACHE_HOME": str(cache)})
     assert out.returncode == 0, out.stderr[-2000:]
     return cache, json.loads(out.stdout), out.stderr
@@ -46,7 +48,7 @@ def test_demo_exports_once_then_reuses(demo_run):
     assert 1.0 <= first["prompt-lookup"]["acceptance_length"] <= 8.0 and first["prompt-lookup"]["rounds"] > 0
     manifest = Path(first["export"]) / "manifest.json"
     written = manifest.stat().st_mtime_ns
-    again = subprocess.run([sys.executable, "-m", "hyflash.cli", "demo", "--json"], capture_output=True, text=True,
+    again = subprocess.run(DEMO, capture_output=True, text=True,
                            env={**os.environ, "XDG_CACHE_HOME": str(cache)})
     assert again.returncode == 0 and "exporting" not in again.stderr
     assert manifest.stat().st_mtime_ns == written  # reused, not rewritten

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from hyflash.cli.args import CliError, draft_cost, emit, positive
+from hyflash.cli.args import CliError, add_pte_kernels, draft_cost, emit, positive
 from hyflash.runtime_py.backends import BACKENDS  # numpy only: the --backend choices
 
 
@@ -114,10 +114,13 @@ def _show(rounds, stats, decode, stops, stream) -> str | None:
     return text if decode else None
 
 
-def _report(args, cfg, stats, text) -> None:
+def _report(args, cfg, stats, text, runtime) -> None:
     """A generation's result: one JSON line on stdout (--json), else a one-line summary on stderr."""
     if args.json:
-        print(json.dumps({**stats.to_json(), "text": text, "backend": args.backend, "draft": cfg.draft}), flush=True)
+        print(json.dumps({**stats.to_json(), "text": text, "backend": args.backend, "draft": cfg.draft,
+                          "pte_kernels": runtime.backend.kernels,
+                          "threads": runtime.backend.threads or args.threads}),
+              flush=True)
     else:
         print(f"[{len(stats.tokens)} tokens, {stats.rounds} rounds, tau {stats.acceptance_length:.2f}, "
               f"{stats.tokens_per_s:.1f} tokens/s, {stats.prefilled} of {stats.prompt_tokens} prompt tokens "
@@ -138,7 +141,8 @@ def cmd_generate(args) -> int:
         tokenizer = _tokenizer(args.folder)
         decode = tokenizer.decode if tokenizer else None
         rounds = runtime.generate(_prompt_ids(args, tokenizer), cfg, stats)
-    _report(args, cfg, stats, _show(rounds, stats, decode, args.stop, sys.stderr if args.json else sys.stdout))
+    _report(args, cfg, stats, _show(rounds, stats, decode, args.stop, sys.stderr if args.json else sys.stdout),
+            runtime)
     return 0
 
 
@@ -160,14 +164,14 @@ def cmd_chat(args) -> int:
             continue
         stats = Stats()
         _report(args, cfg, stats, _show(conversation.turn(message, stats), stats, decode, args.stop,
-                                        sys.stderr if args.json else sys.stdout))
+                                        sys.stderr if args.json else sys.stdout), runtime)
     return 0
 
 
 def cmd_demo(args) -> int:
     from hyflash.demo import run_demo
 
-    r = run_demo(args.max_new_tokens, progress=not args.json)
+    r = run_demo(args.max_new_tokens, progress=not args.json, pair=args.pair)
 
     def text() -> str:
         lines = [f"HyFlash drafter: tau {r['acceptance_length']:.2f} tokens/round, {r['tokens_per_s']:.1f} tokens/s: "
@@ -193,6 +197,7 @@ def _add_generation_flags(p) -> None:
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime")
+    add_pte_kernels(p)
     p.add_argument("--draft", choices=["model", "prompt-lookup", "hybrid"], default="model",
                    help="hybrid: each round the drafter's or prompt-lookup's block, whichever is expected to go further")
     p.add_argument("--no-draft", action="store_true", help="target-only decoding (the baseline)")
@@ -226,7 +231,10 @@ def _chat_parser(sub) -> None:
 
 
 def _demo_parser(sub) -> None:
-    p = sub.add_parser("demo", help="export, validate and run the embedded reference pair")
+    p = sub.add_parser("demo", help="export, validate and run a pair: one prompt, every drafting mode, compared")
+    p.add_argument("--pair", choices=["smollm2-135m-instruct", "reference"], default=None,
+                   help="default: smollm2-135m-instruct (its target pulled on first use, its HyFlash drafter "
+                        "embedded) where this installation embeds that drafter, else the 10.5 M reference pair")
     p.add_argument("--max-new-tokens", type=positive(), default=96)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_demo)
