@@ -49,12 +49,12 @@ ARM_ET   = $(ARM64)/site/executorch
 runner-arm64: $(STAMP)
 	@command -v aarch64-linux-gnu-g++ >/dev/null && command -v qemu-aarch64 >/dev/null || \
 	  { apt-get update -q >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -q g++-aarch64-linux-gnu qemu-user >/dev/null; }
-	@test -f $(ARM_ET)/lib/libexecutorch.so || { \
+	@test -f $(ARM_ET)/version.py || { \
 	  v=$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("executorch"))'); \
 	  py=$$($(BIN)/python -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'); \
 	  $(BIN)/pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_aarch64 --python-version $$py \
 	    executorch==$$v -d $(ARM64)/wheel && rm -rf $(ARM64)/site && mkdir -p $(ARM64)/site && \
-	  unzip -q -o $(ARM64)/wheel/executorch-$$v-*aarch64.whl 'executorch/include/*' 'executorch/lib/*' -d $(ARM64)/site; }
+	  unzip -q -o $(ARM64)/wheel/executorch-$$v-*aarch64.whl 'executorch/include/*' 'executorch/lib/*' 'executorch/version.py' -d $(ARM64)/site; }
 	@for arch in armv8-a; do \
 	  cmake -S runtime_cpp -B $(ARM64)/$$arch -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/runtime_cpp/cmake/aarch64-linux-gnu.cmake \
 	    -DEXECUTORCH_ROOT=$(CURDIR)/$(ARM_ET) -DHYFLASH_ARCH=$$arch > /dev/null && \

@@ -15,6 +15,10 @@ Quantized graphs are judged by agreement with fp32, on text: sequences the targe
 run through the graphs the way the runtime runs them (closed loop: the graphs carry their own
 cache, window and state, so drift counts). Random features, fine for parity, give near-tied
 logits whose argmax any rounding flips: agreement there says nothing about the drafts a user gets.
+
+A quantized export is also run across runtimes (greedy, speculative and target-only): the Python runtime's
+ExecuTorch programs against `hyflash-run`, which run the same kernels and must agree on every token, and
+onnxruntime against ExecuTorch, reported only (their int4 arithmetic differs by design).
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from tokenizers import Tokenizer
 from hyflash.export.graphs import GraphSpec, cache_spec, graph_specs
 from hyflash.models.lookup import MAX_NGRAM, lookup
 from hyflash.models.target import generate
-from hyflash.runtime_py.loop import Runtime
+from hyflash.runtime_py.loop import GenerationConfig, Runtime
 from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, ArtifactError, load_manifest
+from hyflash.runtime_py.native import run_native, runner_path
 
 
 @dataclasses.dataclass
@@ -325,6 +330,43 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
         checks.extend(cmp.checks)
         if texts:
             checks.extend(quantized_agreement(rt, eager, quant, texts, seed, min_agreement))
+    if texts:
+        checks.extend(cross_runtime_agreement(folder, kinds, [tokens for tokens, _, _ in texts]))
+    return checks
+
+
+CROSS_PROMPT, CROSS_NEW = 24, 32  # prompt and answer tokens of the cross-runtime checks, per text and mode
+
+
+def _greedy(runtime: Runtime, prompt: list[int], draft: str) -> list[int]:
+    cfg = GenerationConfig(max_new_tokens=CROSS_NEW, draft=draft, ignore_eos=True)
+    return [t for new in runtime.generate(prompt, cfg) for t in new]
+
+
+def cross_runtime_agreement(folder: Path, kinds: tuple[str, ...], texts: list[list[int]]) -> list[Check]:
+    """A quantized export across runtimes, greedy, from the first tokens of each agreement text, speculative
+    and target-only: the Python runtime's ExecuTorch programs against hyflash-run (the same kernels by default:
+    judged, every token equal) and onnxruntime against ExecuTorch (reported: fp32-compute MatMulNBits and
+    8da4w differ by design). Each row: the share of generations equal token for token."""
+    prompts = [t[:CROSS_PROMPT] for t in texts]
+    checks = []
+    if "executorch" not in kinds:
+        return checks
+    pte = Runtime(folder, "executorch")
+    python = {(i, d): _greedy(pte, p, d) for i, p in enumerate(prompts) for d in ("model", "none")}
+    runner = runner_path()
+    if pte.backend.kernels == "hyflash" and runner.is_file():
+        equal = [run_native(folder, prompts[i], CROSS_NEW, draft == "model", runner=runner,
+                            ignore_eos=True)["tokens"] == tokens for (i, draft), tokens in python.items()]
+        checks.append(Check("loop", "tokens", "hyflash-run", sum(equal) / len(equal), 1.0, all(equal),
+                            "agreement", len(equal)))
+    else:  # no runner built, or another kernel choice than the runner's: reported, not judged
+        checks.append(Check("loop", "tokens", "hyflash-run", float("nan"), float("nan"), True, "info"))
+    if "onnxruntime" in kinds:
+        ort = Runtime(folder, "onnxruntime")
+        equal = [_greedy(ort, prompts[i], "none") == tokens for (i, d), tokens in python.items() if d == "none"]
+        checks.append(Check("loop", "tokens", "ort-vs-pte", sum(equal) / len(equal), float("nan"), True, "info",
+                            len(equal)))
     return checks
 
 
@@ -341,7 +383,11 @@ def summarize(checks: list[Check]) -> list[Check]:
 def format_table(rows: list[Check]) -> str:
     lines = [f"{'graph':<15} {'output':<16} {'backend':<12} {'diff / agree':>13} {'bar':>10} {'scale':>9}  ok"]
     for c in rows:
-        if c.kind == "agreement":
+        if c.graph == "loop" and c.kind == "info" and c.count == 0:
+            value, tol, scale = "not run", "(info)", ""  # no runner, or another kernel choice than its
+        elif c.graph == "loop" and c.kind == "info":
+            value, tol, scale = f"{c.max_diff:.1%} of {c.count}", "(info)", ""
+        elif c.kind == "agreement":
             value, tol, scale = f"{c.max_diff:.1%} of {c.count}", f">= {c.tolerance:.0%}", ""
         else:
             value, tol = f"{c.max_diff:.3g}", "(info)" if c.kind == "info" else f"{c.tolerance:.2g}"

@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from hyflash.models.quiet import quiet_loggers
+from hyflash.runtime_py import ptekernels
 from hyflash.runtime_py.manifest import ArtifactError, Contract
 from hyflash.runtime_py.state import TargetCache
 
@@ -46,6 +47,8 @@ class Call:
 class Backend:
     name: str
     host_cache = True  # False: the target's cache lives inside the program, not in a TargetCache array
+    kernels: str | None = None  # ExecuTorch programs: whose build of the cache kernels runs (`ptekernels`)
+    threads: int | None = None  # ExecuTorch programs: the size of its thread pool
 
     def bind(self, graph: str, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
              cache: TargetCache | None) -> Call:
@@ -163,8 +166,17 @@ class PteBackend(Backend):
             from executorch.runtime import Runtime
 
             if contract.cache["pte"]["kernels"]:
-                # the target's cache kernels (llama::update_cache, llama::custom_sdpa) for the Python runtime
-                from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
+                # the target's cache kernels (llama::update_cache, llama::custom_sdpa): the project's build where
+                # chosen (float32 programs), else ExecuTorch's; only that one is loaded here, so a program
+                # the chosen build does not cover fails to load rather than run the other
+                if ptekernels.chosen() == "hyflash" and contract.cache["dtype"] == "float32":
+                    ptekernels.load()
+                    self.kernels = "hyflash"
+                else:
+                    from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
+
+                    self.kernels = "executorch"
+            self.threads = ptekernels.set_threads(threads)
             if contract.manifest["quantization"].get("pte_kernels"):
                 load_quantized_kernels()
             runtime = Runtime.get()

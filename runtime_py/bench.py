@@ -209,7 +209,8 @@ def bench(cfg: BenchConfig, progress: bool = True) -> dict:
     return {"results": results, "graph_ms": graph_ms,
             "target_kv_bytes": first.context_bytes(0)["target_kv_allocated"],
             "max_context": first.max_context, "max_new_tokens": cfg.max_new_tokens, "optimum_ort": optimum_status,
-            "backend": cfg.backend, "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
+            "backend": cfg.backend, "pte_kernels": first.backend.kernels,
+            "temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
             "seed": cfg.seed, "draft_cost": cfg.draft_cost}
 
 

@@ -262,7 +262,8 @@ def _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got) -> dict
     differ = [r for r in results if r["category"] == "all" and r["run"] not in compared
               and r.get("same_as_target_only", 1.0) < 1.0]
     return {"kind": "chat", "chat_file": str(cfg.chat), "conversations": len(chats), "categories": categories,
-            "max_new_tokens": cfg.max_new_tokens, "backend": cfg.backend, "exports": [str(a) for a in cfg.artifacts],
+            "max_new_tokens": cfg.max_new_tokens, "backend": cfg.backend,
+            "pte_kernels": runtimes[0].backend.kernels, "exports": [str(a) for a in cfg.artifacts],
             "export_labels": labels, "peers": peer_status, "machine": machine(cfg.threads), "results": results,
             "exact": not differ,
             "per_conversation": {label: [{"category": a.category, "answer_tokens": [len(t) for t in a.tokens],

@@ -139,7 +139,8 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
             row["target_only_over_optimum_ort"] = row["target_only_tokens_per_s"] / tps
             row["optimum_ort_same_tokens"] = theirs == tokens
         rows.append(row)
-    return {"export": str(folder), "backend": backend, "threads": threads, "repeats": repeats,
+    return {"export": str(folder), "backend": backend, "pte_kernels": runtime.backend.kernels,
+            "threads": threads, "repeats": repeats,
             "new_tokens": new_tokens, "optimum_ort": status, "format_version": runtime.manifest["format_version"],
             "rows": rows}
 

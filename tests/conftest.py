@@ -1,4 +1,5 @@
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +27,23 @@ def hf_checkpoint(tmp_path_factory):
 
 CONTEXT, CHUNK = 96, 16
 INT4_TABLES = ("--quantize-embeddings", "int4")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build" / "runtime_cpp"
+
+
+@pytest.fixture(scope="session")
+def runner():
+    """The runner, built (incrementally) as `make runner` builds it."""
+    import executorch
+
+    root = list(executorch.__path__)[0]
+    if not (BUILD / "CMakeCache.txt").is_file():
+        subprocess.run(["cmake", "-S", str(ROOT / "runtime_cpp"), "-B", str(BUILD), f"-DEXECUTORCH_ROOT={root}"],
+                       check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(BUILD), "-j2"], check=True, capture_output=True)
+    return BUILD / "hyflash-run"
 
 
 def export_folder(target_dir, drafter, out, fmt, *flags):
@@ -120,6 +138,18 @@ def reference_pte(tmp_path_factory):
     out = tmp_path_factory.mktemp("reference") / "pte"
     export(ExportConfig(target=resolve("reference", "target"), drafter=str(resolve("reference", "drafter")), out=out,
                         formats=("pte",)), progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference_int4_pte(tmp_path_factory):
+    """The embedded pair's .pte with the 8da4w target and int4 tables (slow tests only)."""
+    from hyflash.export.pipeline import ExportConfig, export
+    from hyflash.models.loading import resolve
+
+    out = tmp_path_factory.mktemp("reference-int4") / "pte"
+    export(ExportConfig(target=resolve("reference", "target"), drafter=str(resolve("reference", "drafter")), out=out,
+                        formats=("pte",), quantize_target="int4", quantize_embeddings="int4"), progress=False)
     return out
 
 

@@ -248,7 +248,7 @@ def test_quantized_embeddings_speculative_equals_target_only(request, fixture, b
 
 
 @pytest.mark.slow  # suite time: validate runs the eager models and both backends
-def test_quantized_embeddings_are_judged_against_fp32(int4_embeddings_pte):
+def test_quantized_embeddings_are_judged_against_fp32(int4_embeddings_pte, runner):
     """validate compares the quantized tables' graphs with fp32: wrong scales or packing would not agree."""
     rows = summarize(validate(int4_embeddings_pte, min_agreement=0.5))
     agreement = {(r.graph, r.output, r.backend): r for r in rows if r.kind == "agreement"}
@@ -256,6 +256,12 @@ def test_quantized_embeddings_are_judged_against_fp32(int4_embeddings_pte):
         for graph, output in (("draft_read", "draft_tokens"), ("target_verify", "argmax(logits)")):
             r = agreement[graph, output, backend]
             assert r.ok and r.count > 0, (graph, backend, r.max_diff)
+    # across runtimes: the Python runtime's programs and hyflash-run (the same kernels) agree on every token,
+    # speculative and target-only; onnxruntime against ExecuTorch is reported
+    loop = agreement["loop", "tokens", "hyflash-run"]
+    assert loop.max_diff == 1.0 and loop.ok and loop.count > 0
+    info = {r.backend: r for r in rows if r.graph == "loop" and r.kind == "info"}
+    assert info["ort-vs-pte"].count > 0 and 0.0 <= info["ort-vs-pte"].max_diff <= 1.0
 
 
 @pytest.mark.slow  # suite time: validate runs the eager models and both backends

@@ -30,17 +30,6 @@ def run_arm(cpu: str, folder, prompt, *flags):
     return out.returncode, runs, out.stderr
 
 
-@pytest.fixture(scope="module")
-def reference_int4_pte(tmp_path_factory):
-    from hyflash.export.pipeline import ExportConfig, export
-    from hyflash.models.loading import resolve
-
-    out = tmp_path_factory.mktemp("reference-int4") / "pte"
-    export(ExportConfig(target=resolve("reference", "target"), drafter=str(resolve("reference", "drafter")), out=out,
-                        formats=("pte",), quantize_target="int4", quantize_embeddings="int4"), progress=False)
-    return out
-
-
 def prompts(n=2, length=40):
     rng = np.random.default_rng(11)
     return [rng.integers(3, 4000, length).tolist() for _ in range(n)]

@@ -4,7 +4,6 @@ samples the target's distribution, and refuses bad input in one line."""
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,23 +14,6 @@ from hyflash.models.loading import load_target
 from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
 from hyflash.runtime_py.loop import Runtime
 from hyflash.runtime_py.sampling import Sampling
-
-ROOT = Path(__file__).resolve().parents[1]
-BUILD = ROOT / "build" / "runtime_cpp"
-RUNNER = BUILD / "hyflash-run"
-
-
-@pytest.fixture(scope="session")
-def runner():
-    """The runner, built (incrementally) as `make runner` builds it."""
-    import executorch
-
-    root = list(executorch.__path__)[0]
-    if not (BUILD / "CMakeCache.txt").is_file():
-        subprocess.run(["cmake", "-S", str(ROOT / "runtime_cpp"), "-B", str(BUILD), f"-DEXECUTORCH_ROOT={root}"],
-                       check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(BUILD), "-j2"], check=True, capture_output=True)
-    return RUNNER
 
 
 def run(runner, folder, prompt, *flags):
@@ -129,7 +111,7 @@ def test_json_has_the_keys_of_hyflash_generate(runner, both_formats):
     from hyflash.runtime_py.loop import Stats
 
     code, (c,), _ = run(runner, both_formats, [3, 4, 5], "--max-new-tokens", "9")
-    assert set(c) == set(Stats().to_json()) - RUNNER_LEAVES_OUT
+    assert set(c) == (set(Stats().to_json()) - RUNNER_LEAVES_OUT) | {"pte_kernels", "threads"}
     assert c["acceptance_length"] == (len(c["tokens"]) - 1) / c["rounds"]
     assert set(c["graph_ms"]) == {"prefill/target_prefill", "prefill/state_commit", "prefill/window_shift",
                                   "draft_read", "target_verify", "state_commit", "window_shift"}

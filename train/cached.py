@@ -155,8 +155,9 @@ class ConversationRows:
         return self.rows(self.held_ids[:n]) if len(self.held_ids) else None
 
     def token_counts(self, vocab: int) -> np.ndarray:
-        """Counts over the answers' tokens (what the drafter will be asked to draft)."""
-        ids = np.concatenate([t[a] for t, a in zip(self.tokens, self.answer)])
+        """Counts over the training answers' tokens (what the drafter will be asked to draft; held-out rows
+        left out, so a draft vocabulary is chosen without them)."""
+        ids = np.concatenate([self.tokens[i][self.answer[i]] for i in self.train_ids])
         return np.bincount(ids, minlength=vocab)[:vocab]
 
 

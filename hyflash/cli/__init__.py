@@ -25,6 +25,10 @@ def build_parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "pte_kernels", None):
+            from hyflash.runtime_py import ptekernels
+
+            ptekernels.choose(args.pte_kernels)
         return args.func(args)
     except (CliError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as e:
         print(f"hyflash {args.command}: error: {e}", file=sys.stderr)

@@ -64,3 +64,10 @@ def emit(args, data: dict, text) -> None:
 def draft_cost(args) -> dict:
     """--draft-cost where given (GenerationConfig's default otherwise)."""
     return {} if args.draft_cost is None else {"draft_cost": args.draft_cost}
+
+
+def add_pte_kernels(p) -> None:
+    """--pte-kernels: which build of the target's cache kernels ExecuTorch programs run (`ptekernels`)."""
+    p.add_argument("--pte-kernels", choices=["hyflash", "executorch"], default="hyflash",
+                   help="ExecuTorch programs: the project's cache kernels, as hyflash-run links them (default), "
+                        "or ExecuTorch's own build, as apps linking its LLM kernels run them")

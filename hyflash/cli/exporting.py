@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from hyflash.cli.args import CliError, emit, positive
+from hyflash.cli.args import CliError, add_pte_kernels, emit, positive
 
 
 def cmd_export(args) -> int:
@@ -87,6 +87,7 @@ def _validate_parser(sub) -> None:
                    help="quantized graphs: least token agreement with fp32 that passes")
     p.add_argument("--text", type=Path, default=None,
                    help="quantized graphs: measure agreement on this text file (default: text the target writes)")
+    add_pte_kernels(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hyflash.cli.args import CliError, draft_cost, emit, positive
+from hyflash.cli.args import CliError, add_pte_kernels, draft_cost, emit, positive
 from hyflash.runtime_py.backends import BACKENDS  # numpy only: the --backend choices
 
 
@@ -103,6 +103,7 @@ def _bench_parser(sub) -> None:
     p.add_argument("--threads", type=positive(), default=None)
     p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime",
                    help="every run, target-only included, on this backend")
+    add_pte_kernels(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (outputs cross-checked)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="prompt lengths; sampled, prompt i uses seed + i")
@@ -126,6 +127,7 @@ def _probe_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=positive(), default=None)
     p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime")
+    add_pte_kernels(p)
     p.add_argument("--memory-history", type=positive(), default=None,
                    help="ablation: each mamba2 drafter again (eager backend), its memory limited to the last M features")
     p.add_argument("--out", type=Path, default=None, help="write the report's JSON here")
@@ -138,6 +140,7 @@ def _profile_parser(sub) -> None:
     p = sub.add_parser("profile", help="per-graph milliseconds by committed length, target-only tokens/s")
     p.add_argument("folder", type=Path)
     p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime")
+    add_pte_kernels(p)
     p.add_argument("--contexts", default="256,1024,2048", help="committed lengths to measure at")
     p.add_argument("--repeats", type=positive(), default=30, help="calls per graph (the median is reported)")
     p.add_argument("--new-tokens", type=positive(), default=64, help="target-only tokens decoded per context")

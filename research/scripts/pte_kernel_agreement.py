@@ -1,11 +1,14 @@
-"""Which kernels make the native runner and the Python runtime part on a quantized .pte: target-only greedy answers
-to the held-out chat set's first turns from the Python runtime (ExecuTorch backend: the wheel's LLM kernels),
-`hyflash-run` (runtime_cpp's kernels) and `hyflash-run-a` (the wheel's kernel library linked in:
-research/scripts/runner_option_a.sh). If runner-a agrees with Python where hyflash-run does not, the kernels
-are the difference.
+"""Which kernels make the native runner and the Python runtime part on a quantized .pte: greedy answers,
+target-only and speculative, from the Python runtime (ExecuTorch backend, with the cache kernels of
+--pte-kernels: ExecuTorch's own build, or the project's libhyflash_kernels.so), `hyflash-run` (the project's
+kernels) and, where built, `hyflash-run-a` (ExecuTorch's kernel library linked in:
+research/scripts/runner_option_a.sh). Prompts: the held-out chat set's first turns rendered by the chat
+template (every category), or, for an export without one, held-out code prompts of 256-2,000 tokens. With
+ExecuTorch's kernels in Python, runner-a agreeing where hyflash-run does not isolates the kernels as the
+difference; with the project's, hyflash-run should agree everywhere.
 
-Usage: .venv/bin/python research/scripts/pte_kernel_agreement.py EXPORT [--prompts 13] [--max-new-tokens 64]
-  > research/results/pte_kernel_agreement.json
+Usage: .venv/bin/python research/scripts/pte_kernel_agreement.py EXPORT [--pte-kernels executorch]
+  [--prompts 13] [--max-new-tokens 64] [--modes none,model] > research/results/pte_kernel_agreement_<...>.json
 """
 
 import argparse
@@ -20,40 +23,61 @@ RUNNERS = {"hyflash-run": ROOT / "build" / "runtime_cpp" / "hyflash-run",
            "hyflash-run-a": ROOT / "build" / "runtime_cpp_a" / "hyflash-run-a"}
 
 
-def native(runner: Path, folder: Path, prompt: list[int], max_new: int) -> list[int]:
-    out = subprocess.run([str(runner), str(folder), "--prompt-ids", ",".join(map(str, prompt)), "--no-draft",
-                          "--max-new-tokens", str(max_new), "--json"], capture_output=True, text=True, check=True)
+def native(runner: Path, folder: Path, prompt: list[int], max_new: int, threads: int, draft: str) -> list[int]:
+    out = subprocess.run([str(runner), str(folder), "--prompt-ids", ",".join(map(str, prompt)),
+                          "--max-new-tokens", str(max_new), "--threads", str(threads), "--json",
+                          *(["--no-draft"] if draft == "none" else [])], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.splitlines()[-1])["tokens"]
 
 
 def main() -> dict:
-    from hyflash.models.chat import Transcript
-    from hyflash.models.generation import load_tokenizer
-    from hyflash.runtime_py.chatbench import read_chats
+    from hyflash.runtime_py import ptekernels
     from hyflash.runtime_py.loop import GenerationConfig, Runtime
 
     ap = argparse.ArgumentParser()
     ap.add_argument("export", type=Path)
     ap.add_argument("--prompts", type=int, default=13)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--pte-kernels", choices=ptekernels.CHOICES, default="executorch")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--modes", default="none", help="comma-separated: none (target-only), model (speculative)")
     a = ap.parse_args()
-    tok = load_tokenizer(a.export)
-    chats = read_chats(ROOT / "data" / "chat" / "heldout.jsonl")[::5][:a.prompts]  # every category
-    runtime = Runtime(a.export, "executorch")
+    ptekernels.choose(a.pte_kernels)
+    runners = {n: p for n, p in RUNNERS.items() if p.is_file()}
+    runtime = Runtime(a.export, "executorch", a.threads)
     rows = []
-    for chat in chats:
-        prompt, _ = Transcript(tok).prompt(chat["turns"][0])
-        py = [t for new in runtime.generate(prompt, GenerationConfig(max_new_tokens=a.max_new_tokens, draft="none"))
-              for t in new]
-        row = {"category": chat["category"], "prompt_tokens": len(prompt), "python_tokens": len(py)}
-        for name, path in RUNNERS.items():
-            got = native(path, a.export, prompt, a.max_new_tokens)
-            row[name] = {"equal": got == py,
-                         "first_difference": next((i for i, (x, y) in enumerate(zip(got, py)) if x != y), None)}
-        rows.append(row)
-        print(json.dumps(row), file=sys.stderr)
+    for category, prompt in prompts(a.export, a.prompts):
+        for draft in a.modes.split(","):
+            cfg = GenerationConfig(max_new_tokens=a.max_new_tokens, draft=draft)
+            py = [t for new in runtime.generate(prompt, cfg) for t in new]
+            row = {"category": category, "draft": draft, "prompt_tokens": len(prompt), "python_tokens": len(py)}
+            for name, path in runners.items():
+                got = native(path, a.export, prompt, a.max_new_tokens, a.threads, draft)
+                row[name] = {"equal": got == py,
+                             "first_difference": next((i for i, (x, y) in enumerate(zip(got, py)) if x != y), None)}
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
     return {"date": time.strftime("%Y-%m-%d"), "export": a.export.name, "max_new_tokens": a.max_new_tokens,
-            "rows": rows, **{f"{n}_equal": sum(r[n]["equal"] for r in rows) for n in RUNNERS}, "prompts": len(rows)}
+            "python_pte_kernels": runtime.backend.kernels, "threads": a.threads, "modes": a.modes,
+            "rows": rows, **{f"{n}_equal": sum(r[n]["equal"] for r in rows) for n in runners}, "runs": len(rows)}
+
+
+def prompts(export: Path, n: int) -> list[tuple[str, list[int]]]:
+    """(category, ids): chat first turns through the template, or held-out code prompts without one."""
+    from tokenizers import Tokenizer
+
+    from hyflash.models.chat import Transcript
+    from hyflash.models.generation import load_tokenizer
+    from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
+    from hyflash.runtime_py.chatbench import read_chats
+
+    tok = load_tokenizer(export)
+    if getattr(tok, "chat_template", None):
+        chats = read_chats(ROOT / "data" / "chat" / "heldout.jsonl")[::5][:n]  # every category
+        return [(c["category"], Transcript(tok).prompt(c["turns"][0])[0]) for c in chats]
+    cfg = BenchConfig((export,), buckets=(256, 1024, 2001), prompts_per_bucket=-(-n // 2), max_new_tokens=64)
+    groups = make_prompts(Tokenizer.from_file(str(export / "tokenizer.json")), source_texts(None), cfg, 2048)
+    return [(f"code {lo}-{hi}", p) for (lo, hi), group in groups.items() for p in group][:n]
 
 
 if __name__ == "__main__":

@@ -9,6 +9,5 @@ set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
-# no -march=native (this machine is not the target); the baseline ISA is named instead (HYFLASH_ARCH)
-set(HYFLASH_NATIVE OFF CACHE BOOL "" FORCE)
+# the baseline ISA is named (HYFLASH_ARCH), as for every build of the kernels: never -march=native
 set(HYFLASH_ARCH "armv8-a" CACHE STRING "the ARM ISA the kernels are built for (armv8-a, armv8.2-a+dotprod)")

@@ -155,7 +155,35 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
   return out;
 }
 
-EXECUTORCH_LIBRARY(llama, "update_cache.out", update_cache_out);
-EXECUTORCH_LIBRARY(llama, "custom_sdpa.out", custom_sdpa_out);
+// Registered under a specialized kernel key (float32, contiguous 4-D: what the export emits), not as the
+// fallback: ExecuTorch's own build of these kernels (the wheel's custom_ops library, which every in-process
+// export loads) registers the fallback, and a name registered twice under one key aborts the process. With
+// both loaded, a method resolving these ops prefers the specialized key: ours. The key lists the tensors of
+// the call as the program serializes it: the arguments in schema order (a None attn_mask is not one), then
+// out, then the returned tensor (out again). update_cache's out is the 1-element placeholder its meta
+// function returns. Read back from an exported model.pte by the tests (gen_oplist's kernel metadata).
+namespace {
+constexpr char kUpdateCache[] = "llama::update_cache.out";
+constexpr char kCustomSdpa[] = "llama::custom_sdpa.out";
+// value, cache, out, returned
+constexpr char kUpdateCacheKey[] = "v1/6;0,1,2,3|6;0,1,2,3|6;0|6;0";
+// query, key, value, out, returned
+constexpr char kCustomSdpaKey[] = "v1/6;0,1,2,3|6;0,1,2,3|6;0,1,2,3|6;0,1,2,3|6;0,1,2,3";
+
+using executorch::extension::WrapUnboxedIntoFunctor;
+using executorch::runtime::Kernel;
+using executorch::runtime::KernelKey;
+using executorch::runtime::register_kernel;
+
+const auto registered_update_cache = register_kernel(Kernel(
+    kUpdateCache, KernelKey(kUpdateCacheKey), WrapUnboxedIntoFunctor<EXECUTORCH_FN_TYPE(update_cache_out, kUpdateCache)>::call));
+const auto registered_custom_sdpa = register_kernel(Kernel(
+    kCustomSdpa, KernelKey(kCustomSdpaKey), WrapUnboxedIntoFunctor<EXECUTORCH_FN_TYPE(custom_sdpa_out, kCustomSdpa)>::call));
+}  // namespace
 
 }  // namespace hyflash::kernels
+
+// The library's stamp: the ExecuTorch version it was built against, which the Python runtime reads from the
+// file before loading it (the kernels' ABI is that version's).
+extern "C" __attribute__((used)) const char hyflash_kernels_stamp[] =
+    "hyflash-kernels executorch=" HYFLASH_EXECUTORCH_VERSION;

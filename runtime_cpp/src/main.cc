@@ -1,11 +1,14 @@
 // hyflash-run: the speculative loop over an export's .pte programs, from the command line.
 //
 //   hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K]
-//               [--seed S] [--ignore-eos] [--no-draft] [--repeat R] [--json]
+//               [--seed S] [--ignore-eos] [--no-draft] [--repeat R] [--threads N] [--pte-kernels K] [--json]
 //
 // Ids in, ids out (the runner has no tokenizer). --json prints what `hyflash generate --json` prints,
 // one object per line; --repeat R runs the prompt R times with seeds S, S+1, ... (each run from an
-// empty cache), for measurements and distribution checks. Bad input: one line on stderr, exit 2.
+// empty cache), for measurements and distribution checks. --threads N sets ExecuTorch's thread pool (default:
+// one thread per core). The target's cache kernels are chosen when the runner is built (HYFLASH_KERNELS: the
+// project's libhyflash_kernels.so, or ExecuTorch's LLM kernels linked instead); --pte-kernels names the one
+// expected and refuses the other; the JSON output records it. Bad input: one line on stderr, exit 2.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -19,7 +22,30 @@
 
 #include "runner.h"
 
+// ExecuTorch's thread pool (libexecutorch_threadpool.so; the wheel ships no header for it)
+namespace executorch::extension::threadpool {
+class ThreadPool {
+ public:
+  bool _unsafe_reset_threadpool(uint32_t num_threads);
+  size_t get_thread_count() const;
+};
+ThreadPool* get_threadpool();
+}  // namespace executorch::extension::threadpool
+
 namespace {
+
+#ifndef HYFLASH_PTE_KERNELS
+#define HYFLASH_PTE_KERNELS "hyflash"
+#endif
+
+#ifdef HYFLASH_KERNELS_LINKED
+}  // namespace
+extern "C" const char hyflash_kernels_stamp[];  // libhyflash_kernels.so: "hyflash-kernels executorch=VERSION"
+namespace {
+const char* kernels_stamp() { return hyflash_kernels_stamp; }
+#else
+const char* kernels_stamp() { return "ExecuTorch's LLM kernels, linked in"; }
+#endif
 
 constexpr int kExitUsage = 2;
 
@@ -34,7 +60,8 @@ void log_line(et_timestamp_t, et_pal_log_level_t level, const char* file, const 
 }
 const char* const kUsage =
     "usage: hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] "
-    "[--top-k K] [--seed S] [--ignore-eos] [--no-draft] [--repeat R] [--json]";
+    "[--top-k K] [--seed S] [--ignore-eos] [--no-draft] [--repeat R] [--threads N] [--pte-kernels hyflash|executorch] "
+    "[--json] | --version";
 
 struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
@@ -72,7 +99,8 @@ struct Args {
   std::string folder;
   std::vector<int64_t> prompt;
   bool have_prompt = false, json = false;
-  int64_t repeat = 1;
+  int64_t repeat = 1, threads = 0;
+  std::string kernels = HYFLASH_PTE_KERNELS;
   hyflash::GenerationConfig cfg;
 };
 
@@ -92,10 +120,16 @@ Args parse(int argc, char** argv) {
     else if (f == "--top-k") a.cfg.sampling.top_k = parse_int(f, value(i));
     else if (f == "--seed") a.cfg.seed = static_cast<uint64_t>(parse_int(f, value(i)));
     else if (f == "--repeat") a.repeat = parse_int(f, value(i));
+    else if (f == "--threads") {
+      a.threads = parse_int(f, value(i));
+      if (a.threads < 1) throw UsageError("--threads must be >= 1, got " + std::to_string(a.threads));
+    }
+    else if (f == "--pte-kernels") a.kernels = value(i);
     else if (f == "--ignore-eos") a.cfg.ignore_eos = true;
     else if (f == "--no-draft") a.cfg.draft = false;
     else if (f == "--json") a.json = true;
     else if (f == "-h" || f == "--help") { std::cout << kUsage << "\n"; std::exit(0); }
+    else if (f == "--version") { std::cout << "hyflash-run, kernels: " << kernels_stamp() << "\n"; std::exit(0); }
     else if (f.rfind("--", 0) == 0) throw UsageError("unknown option " + f);
     else if (a.folder.empty()) a.folder = f;
     else throw UsageError("unexpected argument '" + f + "'");
@@ -107,6 +141,11 @@ Args parse(int argc, char** argv) {
   if (!(a.cfg.sampling.top_p > 0 && a.cfg.sampling.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
   if (a.cfg.sampling.top_k < 0) throw UsageError("--top-k must be >= 0 (0 = off)");
   if (a.repeat < 1) throw UsageError("--repeat must be >= 1");
+  if (a.kernels != "hyflash" && a.kernels != "executorch")
+    throw UsageError("--pte-kernels must be hyflash or executorch, got '" + a.kernels + "'");
+  if (a.kernels != HYFLASH_PTE_KERNELS)
+    throw UsageError(std::string("this hyflash-run runs the ") + HYFLASH_PTE_KERNELS + " kernels; the " + a.kernels +
+                     " kernels need a build with HYFLASH_KERNELS=" + (a.kernels == "hyflash" ? "ON" : "OFF"));
   return a;
 }
 
@@ -117,13 +156,18 @@ int main(int argc, char** argv) {
   executorch::runtime::runtime_init();
   try {
     Args a = parse(argc, argv);
+    auto* pool = executorch::extension::threadpool::get_threadpool();
+    if (a.threads > 0 && pool) pool->_unsafe_reset_threadpool(static_cast<uint32_t>(a.threads));
+    const size_t threads = pool ? pool->get_thread_count() : 1;
     hyflash::Runner runner(a.folder);
     const uint64_t seed = a.cfg.seed;
     for (int64_t r = 0; r < a.repeat; ++r) {
       a.cfg.seed = seed + static_cast<uint64_t>(r);
       hyflash::Stats stats = runner.generate(a.prompt, a.cfg);
-      if (a.json) {
-        std::cout << stats.to_json() << "\n";
+      if (a.json) {  // what `hyflash generate --json` prints, with the kernels and threads it ran
+        std::string line = stats.to_json();
+        line.pop_back();
+        std::cout << line << ", \"pte_kernels\": \"" << HYFLASH_PTE_KERNELS << "\", \"threads\": " << threads << "}\n";
         continue;
       }
       for (size_t i = 0; i < stats.tokens.size(); ++i) std::cout << (i ? "," : "") << stats.tokens[i];

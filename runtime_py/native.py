@@ -1,0 +1,36 @@
+"""The native runner (`hyflash-run`, runtime_cpp/) driven from Python: one generation per call, its JSON
+read back. For cross-runtime checks (`hyflash validate`) and benchmarks that put the runner beside the
+Python runtime."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+
+def runner_path() -> Path:
+    """$HYFLASH_RUN, else the one `make runner` builds in this checkout."""
+    if os.environ.get("HYFLASH_RUN"):
+        return Path(os.environ["HYFLASH_RUN"])
+    return Path(__file__).resolve().parent.parent / "build" / "runtime_cpp" / "hyflash-run"
+
+
+def run_native(folder: Path, prompt: list[int], max_new_tokens: int, draft: bool = True,
+               threads: int | None = None, runner: Path | None = None, ignore_eos: bool = False) -> dict:
+    """One greedy generation by hyflash-run with the project's kernels: its JSON (tokens, rounds, tokens_per_s,
+    pte_kernels, threads, ...). A refusal (a runner built with other kernels among them) or a crash:
+    ValueError with the runner's first line."""
+    runner = runner or runner_path()
+    if not runner.is_file():
+        raise FileNotFoundError(f"{runner}: no hyflash-run; build it with `make runner` (or set HYFLASH_RUN)")
+    cmd = [str(runner), str(folder), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens",
+           str(max_new_tokens), "--pte-kernels", "hyflash", "--json"]
+    cmd += ([] if draft else ["--no-draft"]) + (["--ignore-eos"] if ignore_eos else [])
+    cmd += ["--threads", str(threads)] if threads else []
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        first = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[0]
+        raise ValueError(f"hyflash-run failed on {folder}: {first}")
+    return json.loads(out.stdout.splitlines()[-1])
