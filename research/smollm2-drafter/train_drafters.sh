@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The SmolLM2-135M-Instruct drafters, from the feature cache of its own chat answers (make_data.sh, then
+# `hyflash cache-features` for shards made before features were written in the same pass): HyFlash (Mamba-2
+# memory + window 128; 14.43 M parameters of its own), and with the same data, steps and recipe the window
+# drafter of equal parameter count (memory off, MLP 2,160 wide: 14.43 M) and Gated DeltaNet (15.62 M).
+# Resumable (rerun to continue; STOP_AFTER=N ends a session's part at step N keeping the schedule of STEPS).
+# Held-out tau is in each run's log.jsonl. Only HyFlash's weights ship.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+HF=.venv/bin/hyflash
+DATA=${DATA:-data/chat/smollm2-regen}
+STEPS=${STEPS:-3000}
+VOCAB=${VOCAB:-16384}  # the draft vocabulary pilots chose 16K (docs/results-smollm2.md)
+WHICH=${WHICH:-hyflash}
+stop=${STOP_AFTER:+--stop-after $STOP_AFTER}
+common=(--target smollm2-135m-instruct --data "$DATA" --draft-vocab "$VOCAB" --steps "$STEPS" --batch 4
+        --anchors 48 --lr 1e-3 --warmup 100 --eval-every 100 --eval-rows 16 --checkpoint-every 50
+        --threads 2 --device cpu $stop)
+for name in $WHICH; do
+  case $name in
+    hyflash) $HF train-drafter "${common[@]}" --out runs/smollm2-hyflash --memory mamba2 --window 128 ;;
+    swa) $HF train-drafter "${common[@]}" --out runs/smollm2-swa --memory off --window 128 \
+           --intermediate-size "${SWA_INTERMEDIATE:-2160}" ;;
+    gdn) $HF train-drafter "${common[@]}" --out runs/smollm2-gdn --memory gated_deltanet --window 128 ;;
+  esac
+done
