@@ -8,7 +8,8 @@ ExecuTorch's kernels in Python, runner-a agreeing where hyflash-run does not iso
 difference; with the project's, hyflash-run should agree everywhere.
 
 Usage: .venv/bin/python research/scripts/pte_kernel_agreement.py EXPORT [--pte-kernels executorch]
-  [--prompts 13] [--max-new-tokens 64] [--modes none,model] > research/results/pte_kernel_agreement_<...>.json
+  [--prompts 13] [--max-new-tokens 64] [--modes none,model] [--runners hyflash-run]
+  > research/results/pte_kernel_agreement_<...>.json   (--prompts 64: every held-out conversation)
 """
 
 import argparse
@@ -41,9 +42,10 @@ def main() -> dict:
     ap.add_argument("--pte-kernels", choices=ptekernels.CHOICES, default="executorch")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", default="none", help="comma-separated: none (target-only), model (speculative)")
+    ap.add_argument("--runners", default=",".join(RUNNERS), help="comma-separated, of: " + ", ".join(RUNNERS))
     a = ap.parse_args()
     ptekernels.choose(a.pte_kernels)
-    runners = {n: p for n, p in RUNNERS.items() if p.is_file()}
+    runners = {n: RUNNERS[n] for n in a.runners.split(",") if RUNNERS[n].is_file()}
     runtime = Runtime(a.export, "executorch", a.threads)
     rows = []
     for category, prompt in prompts(a.export, a.prompts):
@@ -70,10 +72,12 @@ def prompts(export: Path, n: int) -> list[tuple[str, list[int]]]:
     from hyflash.models.generation import load_tokenizer
     from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
     from hyflash.runtime_py.chatbench import read_chats
+    from hyflash.runtime_py.manifest import load_manifest
 
-    tok = load_tokenizer(export)
-    if getattr(tok, "chat_template", None):
-        chats = read_chats(ROOT / "data" / "chat" / "heldout.jsonl")[::5][:n]  # every category
+    if (load_manifest(export).get("generation") or {}).get("chat_template"):
+        tok = load_tokenizer(export)
+        chats = read_chats(ROOT / "data" / "chat" / "heldout.jsonl")
+        chats = chats if n >= len(chats) else chats[::5][:n]  # all, or a few of every category
         return [(c["category"], Transcript(tok).prompt(c["turns"][0])[0]) for c in chats]
     cfg = BenchConfig((export,), buckets=(256, 1024, 2001), prompts_per_bucket=-(-n // 2), max_new_tokens=64)
     groups = make_prompts(Tokenizer.from_file(str(export / "tokenizer.json")), source_texts(None), cfg, 2048)
