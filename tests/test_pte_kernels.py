@@ -41,22 +41,41 @@ def test_python_runtime_runs_the_runners_kernels(runner, both_formats):
     assert code == 0 and c["pte_kernels"] == "hyflash" and c["threads"] == 1, err
 
 
+def _run_in_a_new_process(script: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]  # an abort (a kernel registered twice) ends it non-zero
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+GENERATE = """
+runtime = Runtime({folder!r}, "executorch")
+tokens = [t for new in runtime.generate([3, 4, 5], GenerationConfig(max_new_tokens=6, ignore_eos=True)) for t in new]
+print(json.dumps({{"kernels": runtime.backend.kernels, "tokens": tokens}}))
+"""
+
+
+def test_both_builds_coexist_in_one_process(both_formats, runner):
+    """ExecuTorch's build loaded first (as every in-process export loads it), then the project's: no abort, and
+    the program runs the project's (the runner's tokens)."""
+    got = _run_in_a_new_process("import json\nfrom executorch.extension.llm.custom_ops import custom_ops\n"
+                                "from hyflash.runtime_py.loop import GenerationConfig, Runtime\n"
+                                + GENERATE.format(folder=str(both_formats)))
+    assert got["kernels"] == "hyflash"
+    code, (c,), err = run(runner, both_formats, [3, 4, 5], "--max-new-tokens", "6", "--ignore-eos")
+    assert code == 0 and c["tokens"] == got["tokens"], err
+
+
+@pytest.mark.slow  # lowering a program to .pte takes minutes
 def test_export_then_run_in_one_process(qwen3_dir, tmp_path, runner):
     """Lowering loads ExecuTorch's build of the kernels; running then loads the project's: both registered in
     one process (the project's under a specialized key), no abort, and the program runs the project's."""
-    script = f"""
+    got = _run_in_a_new_process(f"""
 import json
 from hyflash.cli import main
 from hyflash.runtime_py.loop import GenerationConfig, Runtime
 assert main(["export", "--target", {str(qwen3_dir)!r}, "--drafter", "random", "--out", {str(tmp_path / "x")!r},
              "--format", "pte", "--max-context", "96", "--prefill-chunk", "16", "--window", "24"]) == 0
-runtime = Runtime({str(tmp_path / "x")!r}, "executorch")
-tokens = [t for new in runtime.generate([3, 4, 5], GenerationConfig(max_new_tokens=6, ignore_eos=True)) for t in new]
-print(json.dumps({{"kernels": runtime.backend.kernels, "tokens": tokens}}))
-"""
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
-    got = json.loads(out.stdout.splitlines()[-1])
+""" + GENERATE.format(folder=str(tmp_path / "x")))
     assert got["kernels"] == "hyflash" and len(got["tokens"]) == 6
     code, (c,), err = run(runner, tmp_path / "x", [3, 4, 5], "--max-new-tokens", "6", "--ignore-eos")
     assert code == 0 and c["tokens"] == got["tokens"], err

@@ -24,11 +24,11 @@ RUNNERS = {"hyflash-run": ROOT / "build" / "runtime_cpp" / "hyflash-run",
            "hyflash-run-a": ROOT / "build" / "runtime_cpp_a" / "hyflash-run-a"}
 
 
-def native(runner: Path, folder: Path, prompt: list[int], max_new: int, threads: int, draft: str) -> list[int]:
+def native(runner: Path, folder: Path, prompt: list[int], max_new: int, threads: int, draft: str) -> dict:
     out = subprocess.run([str(runner), str(folder), "--prompt-ids", ",".join(map(str, prompt)),
                           "--max-new-tokens", str(max_new), "--threads", str(threads), "--json",
                           *(["--no-draft"] if draft == "none" else [])], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.splitlines()[-1])["tokens"]
+    return json.loads(out.stdout.splitlines()[-1])
 
 
 def main() -> dict:
@@ -54,8 +54,9 @@ def main() -> dict:
             py = [t for new in runtime.generate(prompt, cfg) for t in new]
             row = {"category": category, "draft": draft, "prompt_tokens": len(prompt), "python_tokens": len(py)}
             for name, path in runners.items():
-                got = native(path, a.export, prompt, a.max_new_tokens, a.threads, draft)
-                row[name] = {"equal": got == py,
+                ran = native(path, a.export, prompt, a.max_new_tokens, a.threads, draft)
+                got = ran["tokens"]
+                row[name] = {"equal": got == py, "pte_kernels": ran.get("pte_kernels"),
                              "first_difference": next((i for i, (x, y) in enumerate(zip(got, py)) if x != y), None)}
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
