@@ -9,24 +9,27 @@ import os
 import subprocess
 from pathlib import Path
 
+from hyflash.runtime_py.ptekernels import BUILD
+
 
 def runner_path() -> Path:
     """$HYFLASH_RUN, else the one `make runner` builds in this checkout."""
     if os.environ.get("HYFLASH_RUN"):
         return Path(os.environ["HYFLASH_RUN"])
-    return Path(__file__).resolve().parent.parent / "build" / "runtime_cpp" / "hyflash-run"
+    return BUILD / "hyflash-run"
 
 
 def run_native(folder: Path, prompt: list[int], max_new_tokens: int, draft: bool = True,
-               threads: int | None = None, runner: Path | None = None, ignore_eos: bool = False) -> dict:
-    """One greedy generation by hyflash-run with the project's kernels: its JSON (tokens, rounds, tokens_per_s,
-    pte_kernels, threads, ...). A refusal (a runner built with other kernels among them) or a crash:
+               threads: int | None = None, runner: Path | None = None, ignore_eos: bool = False,
+               kernels: str = "hyflash") -> dict:
+    """One greedy generation by hyflash-run, built with `kernels` (the project's by default): its JSON
+    (tokens, rounds, tokens_per_s, pte_kernels, threads, ...). A refusal (a runner built with other kernels among them) or a crash:
     ValueError with the runner's first line."""
     runner = runner or runner_path()
     if not runner.is_file():
         raise FileNotFoundError(f"{runner}: no hyflash-run; build it with `make runner` (or set HYFLASH_RUN)")
     cmd = [str(runner), str(folder), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens",
-           str(max_new_tokens), "--pte-kernels", "hyflash", "--json"]
+           str(max_new_tokens), "--pte-kernels", kernels, "--json"]
     cmd += ([] if draft else ["--no-draft"]) + (["--ignore-eos"] if ignore_eos else [])
     cmd += ["--threads", str(threads)] if threads else []
     out = subprocess.run(cmd, capture_output=True, text=True)

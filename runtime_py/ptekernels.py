@@ -26,6 +26,8 @@ CHOICES = ("hyflash", "executorch")
 LIBRARY = "libhyflash_kernels.so"
 STAMP = re.compile(rb"hyflash-kernels executorch=([^\x00]+)\x00")
 
+BUILD = Path(__file__).resolve().parent.parent / "build" / "runtime_cpp"  # where `make runner` builds
+
 _choice = "hyflash"
 _loaded: Path | None = None
 
@@ -49,7 +51,7 @@ def library_path() -> Path:
     """$HYFLASH_KERNELS_LIB, else the one `make runner` builds in this checkout."""
     if os.environ.get("HYFLASH_KERNELS_LIB"):
         return Path(os.environ["HYFLASH_KERNELS_LIB"])
-    return Path(__file__).resolve().parent.parent / "build" / "runtime_cpp" / LIBRARY
+    return BUILD / LIBRARY
 
 
 def executorch_version() -> str:

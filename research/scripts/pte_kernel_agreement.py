@@ -14,7 +14,6 @@ Usage: .venv/bin/python research/scripts/pte_kernel_agreement.py EXPORT [--pte-k
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,18 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RUNNERS = {"hyflash-run": ROOT / "build" / "runtime_cpp" / "hyflash-run",
            "hyflash-run-a": ROOT / "build" / "runtime_cpp_a" / "hyflash-run-a"}
-
-
-def native(runner: Path, folder: Path, prompt: list[int], max_new: int, threads: int, draft: str) -> dict:
-    out = subprocess.run([str(runner), str(folder), "--prompt-ids", ",".join(map(str, prompt)),
-                          "--max-new-tokens", str(max_new), "--threads", str(threads), "--json",
-                          *(["--no-draft"] if draft == "none" else [])], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.splitlines()[-1])
+KERNELS = {"hyflash-run": "hyflash", "hyflash-run-a": "executorch"}  # what each runner was built with
 
 
 def main() -> dict:
     from hyflash.runtime_py import ptekernels
     from hyflash.runtime_py.loop import GenerationConfig, Runtime
+    from hyflash.runtime_py.native import run_native
 
     ap = argparse.ArgumentParser()
     ap.add_argument("export", type=Path)
@@ -54,7 +48,8 @@ def main() -> dict:
             py = [t for new in runtime.generate(prompt, cfg) for t in new]
             row = {"category": category, "draft": draft, "prompt_tokens": len(prompt), "python_tokens": len(py)}
             for name, path in runners.items():
-                ran = native(path, a.export, prompt, a.max_new_tokens, a.threads, draft)
+                ran = run_native(a.export, prompt, a.max_new_tokens, draft != "none", a.threads, path,
+                                 kernels=KERNELS[name])
                 got = ran["tokens"]
                 row[name] = {"equal": got == py, "pte_kernels": ran.get("pte_kernels"),
                              "first_difference": next((i for i, (x, y) in enumerate(zip(got, py)) if x != y), None)}
