@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from hyflash.cli import data, exporting, measuring, models, research, running, training
-from hyflash.cli.args import EXIT_USAGE, CliError, Parser
+from hyflash.cli.args import EXIT_USAGE, CliError, Parser, choose_pte_kernels
 
 GROUPS = (models, exporting, running, measuring, data, training, research)
 
@@ -25,10 +25,7 @@ def build_parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if getattr(args, "pte_kernels", None):
-            from hyflash.runtime_py import ptekernels
-
-            ptekernels.choose(args.pte_kernels)
+        choose_pte_kernels(args)
         return args.func(args)
     except (CliError, ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError) as e:
         print(f"hyflash {args.command}: error: {e}", file=sys.stderr)

@@ -71,3 +71,11 @@ def add_pte_kernels(p) -> None:
     p.add_argument("--pte-kernels", choices=["hyflash", "executorch"], default="hyflash",
                    help="ExecuTorch programs: the project's cache kernels, as hyflash-run links them (default), "
                         "or ExecuTorch's own build, as apps linking its LLM kernels run them")
+
+
+def choose_pte_kernels(args) -> None:
+    """Fix the build of the cache kernels for this process before a command loads any program."""
+    if getattr(args, "pte_kernels", None):
+        from hyflash.runtime_py import ptekernels
+
+        ptekernels.choose(args.pte_kernels)

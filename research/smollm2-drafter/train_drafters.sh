@@ -15,7 +15,7 @@ WHICH=${WHICH:-hyflash}
 stop=${STOP_AFTER:+--stop-after $STOP_AFTER}
 common=(--target smollm2-135m-instruct --data "$DATA" --draft-vocab "$VOCAB" --steps "$STEPS" --batch 4
         --anchors 48 --lr 1e-3 --warmup 100 --eval-every 100 --eval-rows 16 --checkpoint-every 50
-        --threads 2 --device cpu $stop)
+        --threads "${THREADS:-2}" --device cpu $stop)
 for name in $WHICH; do
   case $name in
     hyflash) $HF train-drafter "${common[@]}" --out runs/smollm2-hyflash --memory mamba2 --window 128 ;;
