@@ -15,6 +15,12 @@ Reported per category and pooled: tau (tokens per verify round, bonus included),
 ratios to the same export's target-only), the drafter's share of a round's graph time, and the share
 of answers that hit the token cap. Peers are fed the ids hyflash's target-only run of the matching
 precision read at each turn.
+
+With a runner (`hyflash-run`), every .pte export is also answered by it, target-only and with the drafter,
+as an app would: it keeps no conversation, so each turn's whole history is prefilled (the ids the Python
+target-only run read). Its drafted answers must equal its own target-only answers; its target-only answers
+must equal the Python runtime's when that ran the same programs (`--backend executorch`), and are compared
+for information otherwise.
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ from hyflash.runtime_py.backends import BACKENDS
 from hyflash.runtime_py.bench import open_exports
 from hyflash.runtime_py.chat import Conversation
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
-from hyflash.runtime_py.manifest import DRAFTER_GRAPHS
+from hyflash.runtime_py.manifest import DRAFTER_GRAPHS, PTE_FILE
+from hyflash.runtime_py.native import run_native
 from hyflash.runtime_py.peers import PEERS, PeerRun, open_peers
+from hyflash.runtime_py.ptekernels import chosen
 
 PACKAGES = ("hyflash", "torch", "transformers", "onnxruntime", "executorch", "onnxruntime-genai", "optimum-onnx")
 
@@ -52,6 +60,7 @@ class ChatBenchConfig:
     backend: str = "onnxruntime"
     limit: int | None = None  # the first N conversations only
     peers: tuple[str, ...] = ()
+    runner: Path | None = None  # hyflash-run: the .pte exports answered by it too
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -63,6 +72,8 @@ class ChatBenchConfig:
         bad = [p for p in self.peers if p not in PEERS]
         if bad:
             raise ValueError(f"--peer takes {', '.join(PEERS)}; got {bad[0]!r}")
+        if self.runner is not None and not Path(self.runner).is_file():
+            raise FileNotFoundError(f"{self.runner}: no hyflash-run there; build it with `make runner`")
 
 
 def read_chats(path: Path, limit: int | None = None) -> list[dict]:
@@ -133,6 +144,15 @@ class Answers:
                    capped=sum(s.stop_reason == "max_new_tokens" for s in stats))
 
     @classmethod
+    def of_native(cls, category: str, runs: list[dict]) -> "Answers":
+        """From hyflash-run's JSON, one per turn (graph_ms there is per call)."""
+        decode = [(g, ms * r["graph_calls"][g]) for r in runs for g, ms in r["graph_ms"].items()
+                  if not g.startswith("prefill/")]
+        return cls(category, [r["tokens"] for r in runs], [r["prefill_s"] for r in runs], [r["decode_s"] for r in runs],
+                   rounds=sum(r["rounds"] for r in runs), drafter_ms=sum(ms for g, ms in decode if g in DRAFTER_GRAPHS),
+                   graph_ms=sum(ms for _, ms in decode), capped=sum(r["stop_reason"] == "max_new_tokens" for r in runs))
+
+    @classmethod
     def of_peer(cls, category: str, runs: list[PeerRun], max_new: int) -> "Answers":
         return cls(category, [r.tokens for r in runs], [r.ttft_s for r in runs], [r.decode_s for r in runs],
                    capped=sum(len(r.tokens) >= max_new for r in runs))
@@ -184,11 +204,13 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
         raise ValueError(f"two exports share a folder name ({labels}); rename one")
     tokenizers = [load_tokenizer(rt.folder) for rt in runtimes]
     runs = [(f"{lab}/{m}", i, m) for i, (lab, rt) in enumerate(zip(labels, runtimes)) for m in modes(rt)]
+    native = _native_runs(cfg, labels, runtimes)
     log = (lambda msg: print(msg, file=sys.stderr)) if progress else (lambda msg: None)
     peers, peer_status = open_peers(cfg.peers, Path(runtimes[0].manifest["target"]["path"]), cfg.threads, log)
     eos = tuple(runtimes[0].eos)
     got: dict[str, list[Answers]] = {label: [] for label, _, _ in runs}
     got.update({p.label: [] for p in peers})
+    got.update({label: [] for label, _, _ in native})
     bar = tqdm(total=len(chats), desc="bench --chat", unit="conversation", disable=not progress, file=sys.stderr,
                dynamic_ncols=True)
     for chat in chats:
@@ -212,9 +234,27 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
             reference = got[_peer_reference(peer.label, labels, runtimes)][-1]
             answers.same = sum(a == b for a, b in zip(answers.tokens, reference.tokens))
             got[peer.label].append(answers)
+        for label, i, mode in native:  # target-only first: the reference of the drafted run
+            answers = Answers.of_native(chat["category"], [
+                run_native(runtimes[i].folder, p, cfg.max_new_tokens, draft=mode == "model", threads=cfg.threads,
+                           runner=cfg.runner, kernels=chosen()) for p in prompts_by_export[i]])
+            reference = got[f"{labels[i]}/none" if mode == "none" else f"{labels[i]}/hyflash-run/none"][-1]
+            answers.same = sum(a == b for a, b in zip(answers.tokens, reference.tokens))
+            got[label].append(answers)
         bar.update()
     bar.close()
-    return _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got)
+    return _report(cfg, chats, runs + native, labels, runtimes, peers, peer_status, got)
+
+
+def _native_runs(cfg: ChatBenchConfig, labels: list[str], runtimes: list[Runtime]) -> list[tuple[str, int, str]]:
+    """(label, export index, mode) of the runner's runs: each .pte export, target-only then drafted."""
+    if cfg.runner is None:
+        return []
+    pte = [i for i, rt in enumerate(runtimes) if (rt.folder / PTE_FILE).is_file()]
+    if not pte:
+        raise ValueError("--runner runs .pte programs and no export has them; export with --format pte or both")
+    return [(f"{labels[i]}/hyflash-run/{m}", i, m) for i in pte
+            for m in (["none"] + (["model"] if runtimes[i].manifest["drafter"]["name"] != "random" else []))]
 
 
 def _turn_prompts(tokenizer, turns: list[str], stats: list[Stats]) -> list[list[int]]:
@@ -247,15 +287,19 @@ def _matching_export(peer_label: str, runtimes: list[Runtime]) -> int:
 
 def _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got) -> dict:
     categories = sorted({c["category"] for c in chats})
-    base_of = {label: f"{labels[j]}/none" for label, j, _ in runs}
+    base_of = {label: f"{labels[j]}/hyflash-run/none" if "/hyflash-run/" in label else f"{labels[j]}/none"
+               for label, j, _ in runs}
     for p in peers:  # a peer's speedup: against hyflash's target-only of the matching export
         base_of[p.label] = f"{labels[_matching_export(p.label, runtimes)]}/none"
     compared = {p.label: _peer_reference(p.label, labels, runtimes) for p in peers}
+    if cfg.backend != "executorch":  # the runner's target-only against other programs (ONNX): information
+        compared.update({label: f"{labels[j]}/none" for label, j, m in runs if "/hyflash-run/" in label and m == "none"})
+    same_with = {label: f"{labels[j]}/none" for label, j, m in runs if label.endswith("/hyflash-run/none")}
     results = []
     for label in got:
         answers, base = got[label], got[base_of[label]]
         results.append({**summarise(label, answers, base), "category": "all",
-                        "same_compared_with": compared.get(label, base_of[label])})
+                        "same_compared_with": compared.get(label, same_with.get(label, base_of[label]))})
         for c in categories:
             pick = [i for i, a in enumerate(answers) if a.category == c]
             results.append({**summarise(label, [answers[i] for i in pick], [base[i] for i in pick]), "category": c})
@@ -263,7 +307,8 @@ def _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got) -> dict
               and r.get("same_as_target_only", 1.0) < 1.0]
     return {"kind": "chat", "chat_file": str(cfg.chat), "conversations": len(chats), "categories": categories,
             "max_new_tokens": cfg.max_new_tokens, "backend": cfg.backend,
-            "pte_kernels": runtimes[0].backend.kernels, "exports": [str(a) for a in cfg.artifacts],
+            "pte_kernels": runtimes[0].backend.kernels if cfg.runner is None else chosen(),
+            "runner": str(cfg.runner) if cfg.runner else None, "exports": [str(a) for a in cfg.artifacts],
             "export_labels": labels, "peers": peer_status, "machine": machine(cfg.threads), "results": results,
             "exact": not differ,
             "per_conversation": {label: [{"category": a.category, "answer_tokens": [len(t) for t in a.tokens],

@@ -7,6 +7,11 @@ the passage, and the probes differ only in where the passage sits:
 - nearby: filler, passage, cue: the passage ends right before the cue, inside any drafter's window;
 - distant: passage, filler, cue: the passage is D + 24 tokens back, out of a window of W < D + 24.
 
+With `chat`, each probe is a conversation rendered by the export's chat template: a user turn hands over
+the passage to keep, another hands over the filler to read (each answered by a fixed short reply), in
+the kind's order, then a turn asks for the kept text word for word, and the answer starts with the cue.
+The distance is then the filler's tokens plus the template's few between the turns.
+
 What is predicted is the target's own greedy continuation (64 tokens). `explained` is the share of
 it that equals the passage's own continuation (tokens 24..87): how much the target uses the
 evidence. A probe whose target does not copy shows a low `explained`, and its tau is then no
@@ -22,11 +27,17 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from hyflash.models.generation import load_tokenizer
 from hyflash.runtime_py.bench import export_tokenizer, open_exports, run_once, source_texts
+from hyflash.runtime_py.chat import no_template
 from hyflash.runtime_py.loop import Runtime
 
 PASSAGE, CUE = 96, 24
 KINDS = ("nearby", "distant")
+KEEP = "Keep this text; I will ask you for it later:\n\n{}"
+READ = "Here is something else to read:\n\n{}"
+ACK = "Done."
+ASK = "Now repeat the text I asked you to keep, word for word."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +52,7 @@ class ProbeConfig:
     backend: str = "onnxruntime"
     threads: int | None = None
     memory_history: int | None = None  # the ablation: each mamba2 drafter again, its memory limited to M (eager)
+    chat: bool = False  # probes as conversations through the export's chat template
 
     def __post_init__(self):
         bad = [k for k in self.kinds if k not in KINDS]
@@ -53,28 +65,60 @@ class ProbeConfig:
                              "comes from prefill: one more makes a round)")
 
 
-def probe_prompts(stream: np.ndarray, kind: str, distance: int, n: int, seed: int = 0
-                  ) -> tuple[list[list[int]], np.ndarray]:
-    """n prompts of `kind` with `distance` filler tokens, and the passages' continuations (n, 72).
-    Passages depend on the seed only (the same at every kind and distance: paired comparisons); a
-    filler is taken at least 2,048 tokens away from its passage."""
+def _picks(stream: np.ndarray, distance: int, n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """n (passage, filler) pairs. Passages depend on the seed only (the same at every kind and distance:
+    paired comparisons); a filler is taken at least 2,048 tokens away from its passage."""
     need = PASSAGE + 2 * distance + 2 * 2048  # room for a filler on one side of any passage
     if len(stream) < need:
         raise ValueError(f"the probe text has {len(stream)} tokens; a distance of {distance} needs {need}")
     passage_rng, filler_rng = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1, distance])
-    prompts, continuations = [], []
+    out = []
     for _ in range(n):
         p = int(passage_rng.integers(0, len(stream) - PASSAGE))
-        passage = stream[p:p + PASSAGE]
         while True:
             f = int(filler_rng.integers(0, len(stream) - distance + 1))
             if f + distance <= p - 2048 or f >= p + PASSAGE + 2048:
                 break
-        filler = stream[f:f + distance]
+        out.append((stream[p:p + PASSAGE], stream[f:f + distance]))
+    return out
+
+
+def probe_prompts(stream: np.ndarray, kind: str, distance: int, n: int, seed: int = 0
+                  ) -> tuple[list[list[int]], np.ndarray]:
+    """n prompts of `kind` with `distance` filler tokens, and the passages' continuations (n, 72)."""
+    prompts, continuations = [], []
+    for passage, filler in _picks(stream, distance, n, seed):
         parts = (filler, passage, passage[:CUE]) if kind == "nearby" else (passage, filler, passage[:CUE])
         prompts.append(np.concatenate(parts).tolist())
         continuations.append(passage[CUE:])
     return prompts, np.stack(continuations)
+
+
+def chat_probe_prompts(tokenizer, stream: np.ndarray, kind: str, distance: int, n: int, seed: int = 0
+                       ) -> tuple[list[list[int]], np.ndarray]:
+    """The same probes as conversations (`tokenizer`: the export's, with its chat template): the passage and
+    the filler handed over in turns in the kind's order, then the request, the answer started with the cue.
+    A passage is its text re-encoded (whole, so the cue and continuation are the tokens the answer would
+    hold); where that is shorter than PASSAGE tokens, the continuation's missing end is -1 (never matched)."""
+    prompts, continuations = [], []
+    for passage, filler in _picks(stream, distance, n, seed):
+        text = tokenizer.decode(passage.tolist())
+        keep = [{"role": "user", "content": KEEP.format(text)}, {"role": "assistant", "content": ACK}]
+        read = [{"role": "user", "content": READ.format(tokenizer.decode(filler.tolist()))},
+                {"role": "assistant", "content": ACK}]
+        turns = (read + keep if kind == "nearby" else keep + read) + [{"role": "user", "content": ASK}]
+        body = tokenizer.encode(text, add_special_tokens=False)
+        body = body[:PASSAGE] + [-1] * (PASSAGE - len(body))
+        prompts.append(list(tokenizer.apply_chat_template(turns, add_generation_prompt=True)) + body[:CUE])
+        continuations.append(body[CUE:])
+    return prompts, np.array(continuations, np.int64)
+
+
+def chat_template_tokenizer(folder: Path):
+    tokenizer = load_tokenizer(folder)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(no_template(folder).replace("use --prompt", "probe without --chat"))
+    return tokenizer
 
 
 def probe(cfg: ProbeConfig, progress: bool = True) -> dict:
@@ -89,17 +133,22 @@ def probe(cfg: ProbeConfig, progress: bool = True) -> dict:
     first = runtimes[0]
     tokenizer = export_tokenizer(first)
     stream = np.array([t for text in source_texts(cfg.prompts_from) for t in tokenizer.encode(text).ids], np.int64)
-    longest = PASSAGE + max(cfg.distances) + CUE + cfg.max_new_tokens
-    if longest > first.usable_context:
-        raise ValueError(f"a distance of {max(cfg.distances)} makes {longest}-token probes; this export's usable "
-                         f"context is {first.usable_context}: use shorter --distances")
+    chat_tokenizer = chat_template_tokenizer(first.folder) if cfg.chat else None
+
+    def fits(longest: int) -> None:
+        if longest > first.usable_context:
+            raise ValueError(f"a distance of {max(cfg.distances)} makes {longest}-token probes; this export's usable "
+                             f"context is {first.usable_context}: use shorter --distances")
+
+    fits(PASSAGE + max(cfg.distances) + CUE + cfg.max_new_tokens)  # before building: a chat probe's turns add more
+    cells = {(k, d): (chat_probe_prompts(chat_tokenizer, stream, k, d, cfg.prompts, cfg.seed) if cfg.chat
+                      else probe_prompts(stream, k, d, cfg.prompts, cfg.seed)) for k in cfg.kinds for d in cfg.distances}
+    fits(max(len(p) for prompts, _ in cells.values() for p in prompts) + cfg.max_new_tokens)
     runs = ([("target-only", first, "none")] + [(lab, rt, "model") for lab, rt in zip(labels, runtimes)]
             + [("prompt-lookup", first, "prompt-lookup")])
-    cells = [(k, d) for k in cfg.kinds for d in cfg.distances]
     bar = tqdm(total=len(cells) * cfg.prompts * len(runs), desc="probe", disable=not progress, dynamic_ncols=True)
     rows = []
-    for kind, distance in cells:
-        prompts, continuations = probe_prompts(stream, kind, distance, cfg.prompts, cfg.seed)
+    for (kind, distance), (prompts, continuations) in cells.items():
         tokens = {label: 0 for label, _, _ in runs}
         rounds = dict(tokens)
         explained = []
@@ -121,7 +170,7 @@ def probe(cfg: ProbeConfig, progress: bool = True) -> dict:
                      "tau": {label: tokens[label] / rounds[label] for label, _, _ in runs[1:]}})
     bar.close()
     return {"artifacts": [str(a) for a in cfg.artifacts], "backend": cfg.backend, "memory_history": cfg.memory_history,
-            "passage": PASSAGE, "cue": CUE,
+            "chat": cfg.chat, "passage": PASSAGE, "cue": CUE,
             "max_new_tokens": cfg.max_new_tokens, "window": {lab: rt.manifest["window"] for lab, rt in
                                                               zip(labels, runtimes)}, "rows": rows}
 

@@ -5,12 +5,14 @@ import json
 
 import numpy as np
 import pytest
+from conftest import word_tokenizer
 from tokenizers import Tokenizer
 
 from hyflash.cli import main
 from hyflash.runtime_py.bench import run_once
 from hyflash.runtime_py.loop import Runtime
-from hyflash.runtime_py.probe import CUE, PASSAGE, probe_prompts
+from hyflash.models.generation import load_tokenizer
+from hyflash.runtime_py.probe import CUE, PASSAGE, chat_probe_prompts, probe_prompts
 
 
 def test_probe_prompts_put_the_passage_near_or_far_and_pair_them():
@@ -28,6 +30,32 @@ def test_probe_prompts_put_the_passage_near_or_far_and_pair_them():
         filler = np.array(f[PASSAGE:PASSAGE + 300])
         assert (np.diff(filler) == 1).all() and not np.isin(filler, np.arange(passage[0] - 2048, passage[-1] + 2048)).any()
         assert c.tolist() == passage[CUE:].tolist()
+
+
+def _find(seq: list[int], part: list[int]) -> int:
+    return next(i for i in range(len(seq) - len(part) + 1) if seq[i:i + len(part)] == part)
+
+
+def test_chat_probes_hand_the_passage_over_in_an_early_turn(tmp_path):
+    """A chat probe: the template's turns around the passage and the filler, in the kind's order, the request,
+    then the cue; the same passages (and continuations) as the plain probes."""
+    word_tokenizer(200).save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "w0",
+        "chat_template": "{% for m in messages %}w190 {{ m['role'] }} {{ m['content'] }} w191 {% endfor %}"
+                         "{% if add_generation_prompt %}w192 {% endif %}"}))
+    tok = load_tokenizer(tmp_path)
+    stream = np.random.default_rng(0).integers(1, 180, 20_000)  # words the template and its texts never use
+    near, cont_near = chat_probe_prompts(tok, stream, "nearby", 300, 3, seed=3)
+    far, cont_far = chat_probe_prompts(tok, stream, "distant", 300, 3, seed=3)
+    _, plain = probe_prompts(stream, "distant", 300, 3, seed=3)
+    assert (cont_near == cont_far).all() and (cont_far == plain).all()
+    for n, f, c in zip(near, far, cont_far):
+        passage = stream[_find(stream.tolist(), c[:8].tolist()) - CUE:][:PASSAGE].tolist()
+        assert n[-CUE:] == f[-CUE:] == passage[:CUE] and f[-CUE - 1] == 192  # the answer opens with the cue
+        at_near, at_far = _find(n, passage), _find(f, passage)
+        assert len(f) - CUE - (at_far + PASSAGE) > 300 > len(n) - CUE - (at_near + PASSAGE)  # far / near the cue
+        assert f[at_far - 1] != 191 and n.count(191) == f.count(191) == 5  # inside a turn; five turns closed
 
 
 def test_probe_runs_every_drafter_exactly(qwen3_dir, tmp_path, capsys):
@@ -59,6 +87,16 @@ def test_probe_runs_every_drafter_exactly(qwen3_dir, tmp_path, capsys):
     # a probe longer than the export's usable context: one line, exit 2
     assert main(["probe", str(out), "--distances", "4000", "--prompts-from", str(text)]) == 2
     assert "usable context" in capsys.readouterr().err
+    # as conversations: needs the export's chat template, then runs as exactly
+    assert main(["probe", str(out), "--chat", "--prompts-from", str(text)]) == 2
+    assert "no chat template" in capsys.readouterr().err
+    (out / "chat_template.jinja").write_text("{% for m in messages %}w90 {{ m['content'] }} w91 {% endfor %}"
+                                             "{% if add_generation_prompt %}w92 {% endif %}")
+    assert main(["probe", str(out), "--chat", "--kind", "distant", "--distances", "16", "--prompts", "2",
+                 "--max-new-tokens", "8", "--prompts-from", str(text), "--json"]) == 0
+    chat = json.loads(capsys.readouterr().out)
+    assert chat["chat"] and [(r["kind"], r["distance"]) for r in chat["rows"]] == [("distant", 16)]
+    assert all(1 <= t <= 8 for t in chat["rows"][0]["tau"].values())
 
 
 @pytest.mark.parametrize("args", [["--kind", "far"], ["--distances", "1,x"], ["--max-new-tokens", "1"]])

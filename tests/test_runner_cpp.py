@@ -196,3 +196,32 @@ def test_manifest_checksum_matches_python_on_any_text(runner, both_formats, tmp_
                                               encoding="utf-8")
         code, runs, err = run(runner, folder, [1, 2, 3], "--max-new-tokens", "2")
         assert code == 0, err
+
+
+def test_bench_chat_answers_with_the_runner_beside_the_python_runtime(runner, both_formats, tmp_path):
+    """`bench --chat --runner`: hyflash-run answers every turn (its history prefilled) as the Python runtime
+    does on the same programs, judged; against the ONNX graphs, reported for information."""
+    from hyflash.cli import main
+    from hyflash.runtime_py.chatbench import ChatBenchConfig, bench_chat, pooled
+
+    folder = tmp_path / "chat"
+    shutil.copytree(both_formats, folder)
+    (folder / "chat_template.jinja").write_text("{% for m in messages %}w1 {{ m['content'] }} w2 {% endfor %}"
+                                                "{% if add_generation_prompt %}w3 {% endif %}")
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text(json.dumps({"turns": ["w5 w6 w7"], "category": "a"}) + "\n"
+                     + json.dumps({"turns": ["w9 w8", "w7 w7 w7"], "category": "b"}) + "\n")
+    report = bench_chat(ChatBenchConfig(artifacts=(folder,), chat=chats, max_new_tokens=6, backend="executorch",
+                                        runner=runner, threads=1), progress=False)
+    rows = pooled(report)
+    native = rows["chat/hyflash-run/none"]
+    assert report["exact"] and report["runner"] == str(runner) and report["pte_kernels"] == "hyflash"
+    assert native["answers"] == 3 and native["same_as_target_only"] == 1.0 and native["speedup"] == 1.0
+    assert native["same_compared_with"] == "chat/none" and native["tau"] == 1.0
+    assert [c["answer_tokens"] for c in report["per_conversation"]["chat/hyflash-run/none"]] == \
+        [c["answer_tokens"] for c in report["per_conversation"]["chat/none"]]
+    onnx = bench_chat(ChatBenchConfig(artifacts=(folder,), chat=chats, max_new_tokens=6, runner=runner, limit=1),
+                      progress=False)
+    assert "chat/hyflash-run/none" in pooled(onnx) and onnx["exact"]  # compared, not judged
+    assert main(["bench", str(folder), "--runner", str(runner)]) == 2  # --runner goes with --chat
+    assert main(["bench", str(folder), "--chat", str(chats), "--runner", str(tmp_path / "nowhere")]) == 2

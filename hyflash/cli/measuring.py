@@ -15,8 +15,8 @@ def cmd_bench(args) -> int:
 
     if args.chat is not None:
         return _bench_chat(args)
-    if args.peer or args.limit:
-        raise CliError("--peer and --limit go with --chat")
+    if args.peer or args.limit or args.runner:
+        raise CliError("--peer, --limit and --runner go with --chat")
     args.max_new_tokens = args.max_new_tokens or 64
     try:
         buckets = tuple(int(x) for x in args.buckets.split(","))
@@ -41,7 +41,8 @@ def _bench_chat(args) -> int:
         raise CliError("--chat measures greedy chat answers; leave out --temperature, --plot and --prompts-from")
     peers = tuple(p for p in (args.peer or "").split(",") if p)
     cfg = ChatBenchConfig(artifacts=tuple(args.artifacts), chat=args.chat, max_new_tokens=args.max_new_tokens or 128,
-                          threads=args.threads, backend=args.backend, limit=args.limit, peers=peers)
+                          threads=args.threads, backend=args.backend, limit=args.limit, peers=peers,
+                          runner=args.runner)
     report = bench_chat(cfg, progress=True)
     if args.out:
         write_json_atomic(args.out, report)
@@ -59,7 +60,8 @@ def cmd_probe(args) -> int:
         raise CliError(f"--distances must be comma-separated integers, got {args.distances!r}") from None
     cfg = ProbeConfig(artifacts=tuple(args.artifacts), kinds=kinds, distances=distances, prompts=args.prompts,
                       max_new_tokens=args.max_new_tokens, prompts_from=args.prompts_from, seed=args.seed,
-                      backend=args.backend, threads=args.threads, memory_history=args.memory_history)
+                      backend=args.backend, threads=args.threads, memory_history=args.memory_history,
+                      chat=args.chat)
     report = probe(cfg, progress=True)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
@@ -99,6 +101,9 @@ def _bench_parser(sub) -> None:
                    help="with --chat: comma-separated peers measured beside hyflash: onnxruntime-genai, optimum-ort")
     p.add_argument("--limit", type=positive(), default=None, help="with --chat: the first N conversations")
     p.add_argument("--out", type=Path, default=None, help="with --chat: write the JSON report here too")
+    p.add_argument("--runner", type=Path, default=None,
+                   help="with --chat: hyflash-run (e.g. build/runtime_cpp/hyflash-run) answers every .pte export too, "
+                        "target-only and drafted, each turn's history prefilled")
     p.add_argument("--max-new-tokens", type=positive(), default=None, help="default 64; with --chat 128 per answer")
     p.add_argument("--threads", type=positive(), default=None)
     p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime",
@@ -130,6 +135,9 @@ def _probe_parser(sub) -> None:
     add_pte_kernels(p)
     p.add_argument("--memory-history", type=positive(), default=None,
                    help="ablation: each mamba2 drafter again (eager backend), its memory limited to the last M features")
+    p.add_argument("--chat", action="store_true",
+                   help="probes as conversations through the export's chat template: the passage handed over in an "
+                        "early turn, asked for word for word in the last")
     p.add_argument("--out", type=Path, default=None, help="write the report's JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG of tau by distance")
     p.add_argument("--json", action="store_true")
