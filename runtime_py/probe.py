@@ -114,11 +114,11 @@ def chat_probe_prompts(tokenizer, stream: np.ndarray, kind: str, distance: int, 
     return prompts, np.array(continuations, np.int64)
 
 
-def chat_template_tokenizer(folder: Path):
-    tokenizer = load_tokenizer(folder)
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(no_template(folder).replace("use --prompt", "probe without --chat"))
-    return tokenizer
+def chat_template_tokenizer(runtime: Runtime):
+    """The export's tokenizer with its chat template; one line if the export has none."""
+    if not (runtime.manifest.get("generation") or {}).get("chat_template"):
+        raise ValueError(no_template(runtime.folder).replace("use --prompt", "probe without --chat"))
+    return load_tokenizer(runtime.folder)
 
 
 def probe(cfg: ProbeConfig, progress: bool = True) -> dict:
@@ -133,7 +133,7 @@ def probe(cfg: ProbeConfig, progress: bool = True) -> dict:
     first = runtimes[0]
     tokenizer = export_tokenizer(first)
     stream = np.array([t for text in source_texts(cfg.prompts_from) for t in tokenizer.encode(text).ids], np.int64)
-    chat_tokenizer = chat_template_tokenizer(first.folder) if cfg.chat else None
+    chat_tokenizer = chat_template_tokenizer(first) if cfg.chat else None
 
     def fits(longest: int) -> None:
         if longest > first.usable_context:

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -113,7 +114,7 @@ def test_validate_both_backends(both_formats):
     assert len(rows) == 16 + 14
 
 
-@pytest.mark.parametrize("memory", ["gated_deltanet", "off"])
+@pytest.mark.parametrize("memory", [pytest.param("gated_deltanet", marks=pytest.mark.slow), "off"])  # suite time
 def test_validate_memory_variants(onnx_exports, memory):
     manifest = load_manifest(onnx_exports[memory])
     assert ("state_commit" in manifest["graphs"]) == (memory != "off")
@@ -172,14 +173,23 @@ def test_flipped_byte_is_refused(both_formats, tmp_path, rel, capsys):
     assert len(err.splitlines()) == 1 and rel.split("/")[-1] in err and "sha256" in err
 
 
-def test_existing_out_needs_force(qwen3_dir, tmp_path, capsys):
+def _existing_out(qwen3_dir, tmp_path) -> tuple[Path, list[str]]:
     out = tmp_path / "exists"
     out.mkdir()
     (out / "keep.txt").write_text("user data")
-    args = ["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "onnx",
-            "--max-context", "32", "--prefill-chunk", "8"]
+    return out, ["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "onnx",
+                 "--max-context", "32", "--prefill-chunk", "8"]
+
+
+def test_existing_out_needs_force(qwen3_dir, tmp_path, capsys):
+    out, args = _existing_out(qwen3_dir, tmp_path)
     assert main(args) == 2
     assert "--force" in capsys.readouterr().err and (out / "keep.txt").read_text() == "user data"
+
+
+@pytest.mark.slow  # suite time: a whole export
+def test_force_replaces_the_folder_whole(qwen3_dir, tmp_path):
+    out, args = _existing_out(qwen3_dir, tmp_path)
     assert main(args + ["--force"]) == 0
     assert not (out / "keep.txt").exists() and (out / "manifest.json").is_file()
     assert [p.name for p in tmp_path.iterdir()] == ["exists"]  # no partial or old folders left

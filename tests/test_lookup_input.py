@@ -49,6 +49,7 @@ def test_greedy_is_exact_and_the_drafts_read_the_block(request, backend):
         runtime.draft(prompt[-1], len(prompt) - 1)
 
 
+@pytest.mark.slow  # suite time: a training run and an export
 def test_a_draft_vocabulary_with_the_lookup_input_exports_and_stays_exact(qwen3_dir, tmp_path):
     """--draft-vocab with --lookup-input: a lookup token outside the draft vocabulary keeps its input embedding
     and gets no copy logit (it cannot be drafted); exported, validated and exact in the loop."""

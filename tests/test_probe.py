@@ -2,6 +2,7 @@
 on a real export (every greedy run equal to target-only, a tau per drafter, kind and distance)."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -9,9 +10,9 @@ from conftest import word_tokenizer
 from tokenizers import Tokenizer
 
 from hyflash.cli import main
+from hyflash.models.generation import load_tokenizer
 from hyflash.runtime_py.bench import run_once
 from hyflash.runtime_py.loop import Runtime
-from hyflash.models.generation import load_tokenizer
 from hyflash.runtime_py.probe import CUE, PASSAGE, chat_probe_prompts, probe_prompts
 
 
@@ -58,9 +59,14 @@ def test_chat_probes_hand_the_passage_over_in_an_early_turn(tmp_path):
         assert f[at_far - 1] != 191 and n.count(191) == f.count(191) == 5  # inside a turn; five turns closed
 
 
-def test_probe_runs_every_drafter_exactly(qwen3_dir, tmp_path, capsys):
-    out = tmp_path / "exp"
-    assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "onnx",
+def test_probe_runs_every_drafter_exactly(qwen3_dir, both_formats, tmp_path, capsys):
+    target, out = tmp_path / "target", tmp_path / "exp"  # a target with a chat template, for --chat
+    shutil.copytree(qwen3_dir, target)
+    (target / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "w0",
+        "chat_template": "{% for m in messages %}w90 {{ m['content'] }} w91 {% endfor %}"
+                         "{% if add_generation_prompt %}w92 {% endif %}"}))
+    assert main(["export", "--target", str(target), "--drafter", "random", "--out", str(out), "--format", "onnx",
                  "--max-context", "256", "--prefill-chunk", "16", "--window", "24"]) == 0
     text = tmp_path / "text.txt"
     rng = np.random.default_rng(0)
@@ -88,10 +94,8 @@ def test_probe_runs_every_drafter_exactly(qwen3_dir, tmp_path, capsys):
     assert main(["probe", str(out), "--distances", "4000", "--prompts-from", str(text)]) == 2
     assert "usable context" in capsys.readouterr().err
     # as conversations: needs the export's chat template, then runs as exactly
-    assert main(["probe", str(out), "--chat", "--prompts-from", str(text)]) == 2
+    assert main(["probe", str(both_formats), "--chat", "--prompts-from", str(text)]) == 2
     assert "no chat template" in capsys.readouterr().err
-    (out / "chat_template.jinja").write_text("{% for m in messages %}w90 {{ m['content'] }} w91 {% endfor %}"
-                                             "{% if add_generation_prompt %}w92 {% endif %}")
     assert main(["probe", str(out), "--chat", "--kind", "distant", "--distances", "16", "--prompts", "2",
                  "--max-new-tokens", "8", "--prompts-from", str(text), "--json"]) == 0
     chat = json.loads(capsys.readouterr().out)

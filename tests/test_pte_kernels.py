@@ -12,6 +12,7 @@ import pytest
 from test_runner_cpp import _same_as_python, run
 from tokenizers import Tokenizer
 
+from hyflash.cli import main
 from hyflash.runtime_py import ptekernels
 from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
 from hyflash.runtime_py.loop import Runtime
@@ -81,13 +82,15 @@ assert main(["export", "--target", {str(qwen3_dir)!r}, "--drafter", "random", "-
     assert code == 0 and c["tokens"] == got["tokens"], err
 
 
-def test_the_choice_is_named_in_the_json(both_formats):
-    for kernels in ("hyflash", "executorch"):  # each in its own process: a loaded library stays registered
-        out = hyflash("generate", both_formats, "--prompt-ids", "3,4,5", "--max-new-tokens", "4", "--backend",
-                      "executorch", "--pte-kernels", kernels, "--threads", "1", "--json")
-        assert out.returncode == 0, out.stderr
-        report = json.loads(out.stdout.splitlines()[-1])
-        assert report["pte_kernels"] == kernels and report["threads"] == 1
+def test_the_choice_is_named_in_the_json(both_formats, capsys):
+    args = ["generate", both_formats, "--prompt-ids", "3,4,5", "--max-new-tokens", "4", "--backend", "executorch",
+            "--threads", "1", "--json"]
+    assert main([*map(str, args), "--pte-kernels", "hyflash"]) == 0  # this process's choice, as in every test
+    reports = [json.loads(capsys.readouterr().out.splitlines()[-1])]
+    out = hyflash(*args, "--pte-kernels", "executorch")  # its own process: a loaded library stays registered
+    assert out.returncode == 0, out.stderr
+    reports.append(json.loads(out.stdout.splitlines()[-1]))
+    assert [(r["pte_kernels"], r["threads"]) for r in reports] == [("hyflash", 1), ("executorch", 1)]
 
 
 def test_a_runner_refuses_the_kernels_it_was_not_built_with(runner, both_formats):

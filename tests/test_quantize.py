@@ -55,23 +55,31 @@ def test_quantized_nodes_are_present(int8_drafter_int4_target, qwen3_dir, tmp_pa
     for graph in ("target_prefill", "target_verify", "target_decode"):
         ops = _ops(int8_drafter_int4_target, graph)
         assert ops.get("MatMulNBits", 0) > 0 and "MatMulInteger" not in ops, graph  # rows stay independent
-    int4 = _export(qwen3_dir, tmp_path / "int4", "int4")
-    assert _ops(int4, "draft_read").get("MatMulNBits", 0) >= 10
     # int4 leaves the vocabulary projection fp32: its weight is still a MatMul's, nothing else is
     vocab = load_target(qwen3_dir).lm_head.weight.detach().T.contiguous().numpy()
-    for folder, graph in [(int4, "draft_read")] + [(int8_drafter_int4_target, g) for g in
-                                                   ("target_prefill", "target_verify", "target_decode")]:
-        proto = onnx.load(folder / "onnx" / f"{graph}.onnx")
+    for graph in ("target_prefill", "target_verify", "target_decode"):
+        proto = onnx.load(int8_drafter_int4_target / "onnx" / f"{graph}.onnx")
         assert len(vocab_projections(proto, vocab)) == 1, graph
-        assert set(_nbits(folder, graph)) == {4}, graph
+        assert set(_nbits(int8_drafter_int4_target, graph)) == {4}, graph
         assert len(rotations(proto)) >= 2, graph  # RoPE's exact rotate-half stays a plain fp32 MatMul
     for graph in ("draft_read", "window_shift"):  # and dynamic int8 leaves it alone too
         assert len(rotations(onnx.load(int8_drafter_int4_target / "onnx" / f"{graph}.onnx"))) >= 1, graph
-    assert not _ops(int4, "target_verify")  # the target stays fp32 unless asked
-    # int8 compute for the drafter; fp32 compute for the target (its verify rows must be its decode steps)
-    assert _levels(int4, "draft_read") == {4}
+    # fp32 compute for the target (its verify rows must be its decode steps)
     assert {lv for g in ("target_prefill", "target_verify", "target_decode")
             for lv in _levels(int8_drafter_int4_target, g)} == {0}
+
+
+@pytest.mark.slow  # suite time: another export
+def test_int4_drafter_leaves_the_target_fp32(int8_drafter_int4_target, qwen3_dir, tmp_path):
+    """--quantize int4: the drafter's graphs in int4 (its vocabulary projection and RoPE fp32), the target's fp32."""
+    int4 = _export(qwen3_dir, tmp_path / "int4", "int4")
+    assert _ops(int4, "draft_read").get("MatMulNBits", 0) >= 10 and _levels(int4, "draft_read") == {4}
+    proto = onnx.load(int4 / "onnx" / "draft_read.onnx")
+    vocab = load_target(qwen3_dir).lm_head.weight.detach().T.contiguous().numpy()
+    assert len(vocab_projections(proto, vocab)) == 1 and set(_nbits(int4, "draft_read")) == {4}
+    assert len(rotations(proto)) >= 2
+    assert not _ops(int4, "target_verify")  # the target stays fp32 unless asked
+
     def target_bytes(folder):  # the weights the target's graphs refer to, each stored range once
         ranges = set()
         for graph in ("target_prefill", "target_verify", "target_decode"):
@@ -185,6 +193,7 @@ def test_quantized_pte(qwen3_dir, tmp_path, quantize):
     assert out["model"] == out["none"]
 
 
+@pytest.mark.slow  # suite time: an export to see one refusal
 def test_agreement_needs_room(qwen3_dir, tmp_path, capsys):
     out = tmp_path / "short"
     assert main(["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "onnx",

@@ -206,8 +206,10 @@ def test_bench_chat_answers_with_the_runner_beside_the_python_runtime(runner, bo
 
     folder = tmp_path / "chat"
     shutil.copytree(both_formats, folder)
-    (folder / "chat_template.jinja").write_text("{% for m in messages %}w1 {{ m['content'] }} w2 {% endfor %}"
-                                                "{% if add_generation_prompt %}w3 {% endif %}")
+    (folder / "tokenizer_config.json").write_text(json.dumps({  # the template's words: ids 1-3
+        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "w0",
+        "chat_template": "{% for m in messages %}w1 {{ m['content'] }} w2 {% endfor %}"
+                         "{% if add_generation_prompt %}w3 {% endif %}"}))
     chats = tmp_path / "chats.jsonl"
     chats.write_text(json.dumps({"turns": ["w5 w6 w7"], "category": "a"}) + "\n"
                      + json.dumps({"turns": ["w9 w8", "w7 w7 w7"], "category": "b"}) + "\n")
