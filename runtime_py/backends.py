@@ -155,6 +155,19 @@ def load_quantized_kernels() -> None:
                 mode=ctypes.RTLD_GLOBAL)
 
 
+def load_executorch_blas() -> None:
+    """ExecuTorch's `custom_sdpa` multiplies through an external `sgemm_`. An app linking ExecuTorch's LLM
+    kernels resolves it to ExecuTorch's own BLAS (in libexecutorch_kernels_optimized.so); in this process the
+    wheel's kernel library would resolve it to torch's MKL, whose last bits differ (enough to move greedy
+    tokens on an 8da4w target). Making the optimized kernels library global first gives the apps' BLAS."""
+    import ctypes
+
+    import executorch
+
+    ctypes.CDLL(str(Path(list(executorch.__path__)[0]) / "lib" / "libexecutorch_kernels_optimized.so"),
+                mode=ctypes.RTLD_GLOBAL)
+
+
 class PteBackend(Backend):
     name = "executorch"
     host_cache = False
@@ -173,6 +186,7 @@ class PteBackend(Backend):
                     ptekernels.load()
                     self.kernels = "hyflash"
                 else:
+                    load_executorch_blas()
                     from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
 
                     self.kernels = "executorch"
