@@ -257,3 +257,17 @@ def test_train_drafter_reads_the_cache_and_refuses_rows_it_does_not_hold(convers
     assert main([*args, "--out", str(tmp_path / "d")]) == 0
     log = [json.loads(line) for line in (tmp_path / "d" / "log.jsonl").read_text().splitlines()]
     assert any("tau" in rec for rec in log)
+    # hybrid's constants from the same folder: rounds at anchors inside greedy conversations' answers
+    capsys.readouterr()
+    assert main(["calibrate", "--drafter", str(tmp_path / "d" / "model"), "--target", str(target_dir), "--data",
+                 str(folder), "--rows", "4", "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)
+    assert cal["sequences"] == 4 and cal["rounds"] > 0 and (tmp_path / "d" / "model" / "hybrid.json").is_file()
+    from hyflash.train.cached import ConversationRows
+    from hyflash.train.calibrate import chat_rows
+
+    data = ConversationRows(folder, features=False)
+    tokens, anchorable = chat_rows(folder, 4, cfg["target_sha256"])
+    for row, ok in zip(tokens, anchorable):
+        i = next(i for i in data.train_ids if (data.tokens[i] == row).all())
+        assert data.greedy[i] and (ok == data.anchors[i]).all() and ok.any()

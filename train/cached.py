@@ -85,13 +85,14 @@ class ConversationRows:
         shards = _finished_shards(folder)
         if not shards:
             raise ValueError(f"{folder}: no finished shard yet; run `hyflash regenerate` on it first")
-        tokens, answer, length = [], [], []
+        tokens, answer, length, greedy = [], [], [], []
         for name in shards:
             with np.load(folder / f"{name}.npz") as z:
                 tokens += list(z["tokens"])
                 answer += list(z["answer"])
                 length += list(z["length"])
-        self.length = np.array(length)
+                greedy += list(z["greedy"])
+        self.length, self.greedy = np.array(length), np.array(greedy, bool)  # greedy: answered at temperature 0
         self.tokens, self.answer = tokens, answer
         self.anchors = [answer_anchors(a[None])[0] for a in answer]
         usable = np.array([a.any() for a in self.anchors])

@@ -1,6 +1,7 @@
 """`hyflash calibrate`: measure hybrid drafting's constants (`hyflash.models.hybrid`) on training data.
 
-Every anchor of a greedy regenerated row (`hyflash regenerate`) is a round: the tokens after it
+Every anchor of a greedy regenerated row (`hyflash regenerate`; in chat data, every anchor inside a greedy
+conversation's answers) is a round: the tokens after it
 are the target's own greedy chain, so a block's accepted length is its agreement with them. Per
 round: the drafter's expected accepted drafts (sum of its slot confidences) and realised ones, and
 lookup's match length and realised accepted drafts. The constants go into the drafter folder as
@@ -13,12 +14,24 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from hyflash.models.drafter import Drafter
 from hyflash.models.files import write_json_atomic
 from hyflash.models.lookup import lookup
 from hyflash.models.target import Target
+from hyflash.train.cached import ConversationRows
 from hyflash.train.drafter import Distill, chunked_head_loss
+
+
+def chat_rows(folder: Path, rows: int, target_sha256: str) -> tuple[np.ndarray, np.ndarray]:
+    """Up to `rows` greedy conversations of a chat regeneration (`hyflash regenerate --chat-prompts`), from its
+    training split: (tokens, anchorable), the anchors those inside the target's own answers."""
+    data = ConversationRows(folder, features=False, target_sha256=target_sha256)
+    ids = [i for i in data.train_ids if data.greedy[i]][:rows]
+    if not ids:
+        raise ValueError(f"{folder} has no greedy conversations; regenerate it with --greedy-share above 0")
+    return np.stack([data.tokens[i] for i in ids]), np.stack([data.anchors[i] for i in ids])
 
 
 def accepted(block: np.ndarray, chain: np.ndarray) -> int:
@@ -29,7 +42,7 @@ def accepted(block: np.ndarray, chain: np.ndarray) -> int:
 
 @torch.no_grad()
 def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchorable: np.ndarray,
-                   anchors: int = 48, batch: int = 4) -> dict[str, np.ndarray]:
+                   anchors: int = 48, batch: int = 4, progress: bool = False) -> dict[str, np.ndarray]:
     """Every anchor of every row as a round: the drafter's expected and realised accepted drafts (and its
     per-slot confidences, `confidence`: rounds x block), lookup's match length and realised accepted drafts,
     and how many leading drafts the two blocks share
@@ -41,7 +54,7 @@ def measure_rounds(target: Target, drafter: Drafter, tokens: np.ndarray, anchora
                          "needs its per-slot probabilities")
     model = Distill(drafter.eval(), target.eval(), anchors)
     out = {"expected": [], "confidence": [], "drafter": [], "match": [], "lookup": [], "agree": []}
-    for i in range(0, len(tokens), batch):
+    for i in tqdm(range(0, len(tokens), batch), desc="calibrate", unit="batch", disable=not progress):
         rows = torch.from_numpy(tokens[i:i + batch].astype(np.int64))
         allowed = torch.from_numpy(anchorable[i:i + batch])
         for row, (a, labels, states, prev, conf, copy) in zip(rows.numpy(), model.predict(rows, allowed)):

@@ -22,11 +22,11 @@ if has ship; then
 fi
 if has calibrate; then
   $HF calibrate --drafter smollm2-135m-instruct --target smollm2-135m-instruct --data data/chat/smollm2-regen \
-      --threads 2 --plot research/smollm2-drafter/results/hybrid_reliability.png
+      --rows "${ROWS:-128}" --threads 2 --plot research/smollm2-drafter/results/hybrid_reliability.png
 fi
 if has export; then
   $HF export --target smollm2-135m-instruct --drafter smollm2-135m-instruct --out "$EXPORTS/smol-hf-fp32" \
-      --format both --force
+      --format "${FP32_FORMAT:-both}" --force
   $HF export --target smollm2-135m-instruct --drafter smollm2-135m-instruct --out "$EXPORTS/smol-hf-int4" \
       --format onnx --quantize-target int4 --quantize-embeddings int4 --force
 fi
