@@ -11,6 +11,9 @@ from hyflash.models.lookup import lookup
 from hyflash.runtime_py.loop import Runtime, Stats
 from hyflash.runtime_py.manifest import load_manifest
 
+# suite time: an option no shipped drafter uses (it did not pay on chat); its export costs the fast suite 40 s
+pytestmark = pytest.mark.slow
+
 
 def test_graph_contract_names_the_lookup_inputs(lookup_input_onnx):
     manifest = load_manifest(lookup_input_onnx)

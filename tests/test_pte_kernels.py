@@ -133,7 +133,7 @@ def _stamped(tmp_path, version: bytes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case", ["missing", "other executorch"])
+@pytest.mark.parametrize("case", [pytest.param("missing", marks=pytest.mark.slow), "other executorch"])  # suite time
 def test_a_missing_or_stale_library_is_refused_in_one_line(both_formats, tmp_path, case):
     lib = tmp_path / "nowhere.so" if case == "missing" else _stamped(tmp_path, b"0.1")
     out = hyflash("generate", both_formats, "--prompt-ids", "3,4", "--backend", "executorch",

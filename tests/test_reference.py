@@ -80,6 +80,7 @@ def test_trained_drafter_greedy_equals_target_only_executorch(reference_pte, pro
     _greedy_equals_target_only(reference_pte, prompt, "executorch")
 
 
+@pytest.mark.slow  # suite time: a generation to the end of the context
 def test_long_run_to_the_usable_context(reference_export):
     # its own process: peak RSS is per process, and this one has exported models before
     out = subprocess.run([sys.executable, "-m", "hyflash.longrun", str(reference_export), "--json"],

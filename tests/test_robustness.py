@@ -151,6 +151,7 @@ def test_bad_input_table(qwen3_dir, both_formats, broken_exports, tmp_path, caps
     assert [_snapshot(w) for w in watched] == before  # nothing written or changed anywhere
 
 
+@pytest.mark.slow  # suite time: an export killed, then a whole one
 def test_killed_export_leaves_nothing_that_validates_and_a_rerun_works(qwen3_dir, tmp_path):
     out = tmp_path / "export"
     args = [sys.executable, "-m", "hyflash.cli", "export", "--target", str(qwen3_dir), "--drafter", "random",
