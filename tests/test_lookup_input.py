@@ -11,7 +11,7 @@ from hyflash.models.lookup import lookup
 from hyflash.runtime_py.loop import Runtime, Stats
 from hyflash.runtime_py.manifest import load_manifest
 
-# suite time: an option no shipped drafter uses (it did not pay on chat); its export costs the fast suite 40 s
+# suite time: an option the shipped drafters do not use; its export costs the fast suite 40 s
 pytestmark = pytest.mark.slow
 
 
