@@ -145,9 +145,10 @@ def test_int4_target_speculative_equals_its_target_only(int8_drafter_int4_target
     assert out["model"] == out["none"] == out["prompt-lookup"]
 
 
+@pytest.mark.slow  # suite time: an export per case; the fast suite keeps the int4 target's loop exactness above
 @pytest.mark.parametrize("fmt, backend, target, tables", [
     ("onnx", "onnxruntime", "int4", "int4"),
-    pytest.param("pte", "executorch", "int4", "none", marks=pytest.mark.slow),  # suite time: the target's lowering
+    pytest.param("pte", "executorch", "int4", "none", marks=pytest.mark.slow),  # the target's lowering
     pytest.param("pte", "executorch", "none", "int4", marks=pytest.mark.slow),
     pytest.param("pte", "executorch", "int4", "int4", marks=pytest.mark.slow),
 ])

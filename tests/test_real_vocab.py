@@ -76,7 +76,8 @@ def test_chat_data_is_rendered_by_the_targets_template_with_loss_on_the_reply(fa
     assert max(ids) >= 128_000  # the special tokens at their real ids
 
 
-@pytest.mark.parametrize("family", ["qwen3", pytest.param("llama3", marks=pytest.mark.slow)])  # suite time
+@pytest.mark.slow  # suite time: a training run and an export at a real vocabulary
+@pytest.mark.parametrize("family", ["qwen3", "llama3"])
 def test_train_export_validate_generate_at_a_real_vocabulary(family, tmp_path, capsys):
     target = tmp_path / "target"
     hf = write_checkpoint(family, target)
