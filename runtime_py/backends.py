@@ -143,16 +143,20 @@ def check_io(where: str, kind: str, declared: list[tuple], actual: list[tuple]) 
                                     f"{theirs!r} in the graph; re-export")
 
 
-def load_quantized_kernels() -> None:
-    """ExecuTorch's quantized kernels (quantized_decomposed::embedding_byte / embedding_4bit, which
-    --quantize-embeddings programs call) into the Python runtime: the wheel ships them as a library of
-    the C++ runtime the Python bindings share, which registers them when loaded."""
+def _load_global(library: str) -> None:
+    """One of the ExecuTorch wheel's C++ libraries (lib/), its symbols global to the process."""
     import ctypes
 
     import executorch
 
-    ctypes.CDLL(str(Path(list(executorch.__path__)[0]) / "lib" / "libexecutorch_kernels_quantized.so"),
-                mode=ctypes.RTLD_GLOBAL)
+    ctypes.CDLL(str(Path(list(executorch.__path__)[0]) / "lib" / library), mode=ctypes.RTLD_GLOBAL)
+
+
+def load_quantized_kernels() -> None:
+    """ExecuTorch's quantized kernels (quantized_decomposed::embedding_byte / embedding_4bit, which
+    --quantize-embeddings programs call) into the Python runtime: the wheel ships them as a library of
+    the C++ runtime the Python bindings share, which registers them when loaded."""
+    _load_global("libexecutorch_kernels_quantized.so")
 
 
 def load_executorch_blas() -> None:
@@ -160,12 +164,7 @@ def load_executorch_blas() -> None:
     kernels resolves it to ExecuTorch's own BLAS (in libexecutorch_kernels_optimized.so); in this process the
     wheel's kernel library would resolve it to torch's MKL, whose last bits differ (enough to move greedy
     tokens on an 8da4w target). Making the optimized kernels library global first gives the apps' BLAS."""
-    import ctypes
-
-    import executorch
-
-    ctypes.CDLL(str(Path(list(executorch.__path__)[0]) / "lib" / "libexecutorch_kernels_optimized.so"),
-                mode=ctypes.RTLD_GLOBAL)
+    _load_global("libexecutorch_kernels_optimized.so")
 
 
 class PteBackend(Backend):

@@ -238,7 +238,7 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
             answers = Answers.of_native(chat["category"], [
                 run_native(runtimes[i].folder, p, cfg.max_new_tokens, draft=mode == "model", threads=cfg.threads,
                            runner=cfg.runner, kernels=chosen()) for p in prompts_by_export[i]])
-            reference = got[f"{labels[i]}/none" if mode == "none" else f"{labels[i]}/hyflash-run/none"][-1]
+            reference = got[_native_reference(labels[i], mode)][-1]
             answers.same = sum(a == b for a, b in zip(answers.tokens, reference.tokens))
             got[label].append(answers)
         bar.update()
@@ -255,6 +255,12 @@ def _native_runs(cfg: ChatBenchConfig, labels: list[str], runtimes: list[Runtime
         raise ValueError("--runner runs .pte programs and no export has them; export with --format pte or both")
     return [(f"{labels[i]}/hyflash-run/{m}", i, m) for i in pte
             for m in (["none"] + (["model"] if runtimes[i].manifest["drafter"]["name"] != "random" else []))]
+
+
+def _native_reference(export_label: str, mode: str) -> str:
+    """What a runner's answers are compared with: its target-only ones with the Python runtime's target-only
+    ones, its drafted ones with its own target-only ones."""
+    return f"{export_label}/none" if mode == "none" else f"{export_label}/hyflash-run/none"
 
 
 def _turn_prompts(tokenizer, turns: list[str], stats: list[Stats]) -> list[list[int]]:
@@ -294,7 +300,7 @@ def _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got) -> dict
     compared = {p.label: _peer_reference(p.label, labels, runtimes) for p in peers}
     if cfg.backend != "executorch":  # the runner's target-only against other programs (ONNX): information
         compared.update({label: f"{labels[j]}/none" for label, j, m in runs if "/hyflash-run/" in label and m == "none"})
-    same_with = {label: f"{labels[j]}/none" for label, j, m in runs if label.endswith("/hyflash-run/none")}
+    same_with = {label: _native_reference(labels[j], m) for label, j, m in runs if "/hyflash-run/" in label}
     results = []
     for label in got:
         answers, base = got[label], got[base_of[label]]
