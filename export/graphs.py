@@ -34,7 +34,10 @@ from hyflash.runtime_py.manifest import (
     PTE_FILE,
     PTE_KERNELS,
     VERIFY_ROWS,
+    VERIFY_WIDTHS,
     cache_names,
+    check_widths,
+    verify_graph,
 )
 
 
@@ -107,8 +110,9 @@ def _i(name, *shape):
 
 
 def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chunk: int,
-                dtype: str = "float32") -> dict[str, GraphSpec]:
-    """Every graph's declaration; float tensors in `dtype` (float32 | float16), the cache too."""
+                dtype: str = "float32", verify_widths: tuple[int, ...] = VERIFY_WIDTHS) -> dict[str, GraphSpec]:
+    """Every graph's declaration; float tensors in `dtype` (float32 | float16), the cache too; a verify graph
+    for each of `verify_widths` (`verify_graph`: target_verify for the full block)."""
     t, d = target.cfg, drafter.cfg
     _f = functools.partial(_float, dtype=dtype)
     w = d.window_size(max_context)
@@ -137,7 +141,8 @@ def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chun
         (_f("features", VERIFY_ROWS, feat), _i("positions", VERIFY_ROWS), _i("n_valid", 1),
          _f("win_k", *win), _f("win_v", *win), _i("win_pos", w)),
         (_f("win_k_out", *win), _f("win_v_out", *win), _i("win_pos_out", w)))
-    for name, rows in (("target_prefill", prefill_chunk), ("target_verify", VERIFY_ROWS), ("target_decode", 1)):
+    widths = [(verify_graph(w), w) for w in check_widths(verify_widths)]
+    for name, rows in (("target_prefill", prefill_chunk), *widths, ("target_decode", 1)):
         specs[name] = GraphSpec(name, "target", (_i("tokens", rows), _i("positions", rows)),
                                 (_f("logits", rows, t.vocab_size), _f("features", rows, feat)))
     if dtype != "float32":
@@ -156,8 +161,8 @@ def cache_spec(target: Target, max_context: int, dtype: str = "float32") -> dict
                      "binding": "bind present_* to the very buffer given as past_* (IOBinding): rows written in place"},
             "pte": {"buffers": ["k_cache_{layer}", "v_cache_{layer}"],
                     "shape": [1, max_context, c.num_kv_heads, c.head_dim], "layout": "BSNH",
-                    "where": f"mutable buffers of {PTE_FILE}, shared by its three target methods "
-                             "(load all three from one Program)",
+                    "where": f"mutable buffers of {PTE_FILE}, shared by its target methods "
+                             "(load them all from one Program)",
                     "kernels": list(PTE_KERNELS)}}
 
 

@@ -53,6 +53,8 @@ from hyflash.runtime_py.manifest import (
     PTE_FILE,
     QUANTIZED_EMBEDDING_KERNELS,
     VERIFY_ROWS,
+    VERIFY_WIDTHS,
+    check_widths,
     file_hashes,
     seal,
 )
@@ -72,6 +74,7 @@ class ExportConfig:
     window: int | None = None  # None: the drafter's own (random: 128, or 256 for hidden >= 2048)
     max_context: int | None = None  # None: min(max_position_embeddings, 4096)
     prefill_chunk: int = 64
+    verify_widths: tuple[int, ...] = VERIFY_WIDTHS  # the verify graphs: anchor + w - 1 drafts, 8 among them
     quantize: str = "none"  # the drafter: none | int8 | int4
     quantize_target: str = "none"  # none | int4 (forms that keep the rows of a block independent)
     quantize_embeddings: str = "none"  # none | int8 | int4: both models' vocabulary tables; drafter-int8 |
@@ -88,6 +91,10 @@ class ExportConfig:
             raise ValueError(f"--prefill-chunk must be >= 1, got {self.prefill_chunk}")
         if self.window is not None and self.window < 1:
             raise ValueError(f"--window must be >= 1, got {self.window}")
+        try:
+            object.__setattr__(self, "verify_widths", check_widths(self.verify_widths))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"--verify-widths: {e}") from None
         if self.quantize not in DRAFTER_MODES:
             raise ValueError(f"--quantize must be one of {', '.join(DRAFTER_MODES)}, got {self.quantize!r}")
         if self.quantize_target not in TARGET_MODES:
@@ -149,7 +156,7 @@ def export(cfg: ExportConfig, progress: bool = True) -> dict:
     target_dir = resolve(cfg.target, "target")
     target, drafter = load_models(target_dir, cfg.drafter, cfg.window, cfg.seed)
     max_context = _max_context(cfg, target)
-    specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk, FLOAT_DTYPES[cfg.dtype])
+    specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk, FLOAT_DTYPES[cfg.dtype], cfg.verify_widths)
     pte_apart = "pte" in cfg.formats and sum(p.numel() for p in target.parameters()) >= PTE_OWN_PROCESS_PARAMS
 
     _remove_stale_partials(out)
@@ -259,7 +266,7 @@ def _pte_from_sources(cfg: ExportConfig, target_dir: Path, max_context: int, pat
     target, drafter = load_models(target_dir, cfg.drafter, cfg.window, cfg.seed)
     if cfg.dtype == "fp16":
         to_fp16(target), to_fp16(drafter)
-    specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk, FLOAT_DTYPES[cfg.dtype])
+    specs = graph_specs(target, drafter, max_context, cfg.prefill_chunk, FLOAT_DTYPES[cfg.dtype], cfg.verify_widths)
     _pte(cfg, list(specs.values()), target, drafter, max_context, path)
 
 
@@ -327,7 +334,7 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "drafter": {"name": "random" if cfg.drafter == "random" else d.name, "source": str(cfg.drafter),
                     "config": d.to_dict(), **_hybrid(cfg.drafter)},
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
-        "prefill_chunk": cfg.prefill_chunk, "dtype": cfg.dtype,
+        "prefill_chunk": cfg.prefill_chunk, "verify_widths": list(cfg.verify_widths), "dtype": cfg.dtype,
         "cache": cache_spec(target, max_context, FLOAT_DTYPES[cfg.dtype]),
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
                          "embeddings": cfg.quantize_embeddings,

@@ -34,7 +34,7 @@ from hyflash.export.graphs import GraphSpec, cache_spec, graph_specs
 from hyflash.models.lookup import MAX_NGRAM, lookup
 from hyflash.models.target import generate
 from hyflash.runtime_py.loop import GenerationConfig, Runtime
-from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, ArtifactError, load_manifest
+from hyflash.runtime_py.manifest import VERIFY_ROWS, ArtifactError, load_manifest, verify_graph
 from hyflash.runtime_py.native import run_native, runner_path
 
 
@@ -132,16 +132,20 @@ def drafter_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> Non
             cmp.outputs("draft_read", *outs)
 
 
-def target_calls(max_context: int, chunk: int) -> list[tuple[str, int, int]]:
-    """(graph, position, tokens) for target parity: full and padded prefill chunks, verify blocks
-    that leave stale rows behind (a rejection), decode steps, and blocks at the end of the cache."""
+def target_calls(max_context: int, chunk: int, widths: tuple[int, ...] = (VERIFY_ROWS,)) -> list[tuple[str, int, int]]:
+    """(graph, position, tokens) for target parity: full and padded prefill chunks, verify blocks of every
+    width that leave stale rows behind (a rejection), decode steps, and blocks at the end of the cache."""
     # a padded chunk, then a full one, both from row 0 (the export keeps chunk <= max_context - 8)
     calls, pos = [("target_prefill", 0, max(1, chunk // 2)), ("target_prefill", 0, chunk)], chunk
+    end = max_context - VERIFY_ROWS
     if pos + 4 + VERIFY_ROWS <= max_context:
         calls += [("target_verify", pos, VERIFY_ROWS), ("target_decode", pos + 3, 1),
                   ("target_verify", pos + 4, VERIFY_ROWS)]
         pos += 4 + 2  # two of the last block's rows kept
-    end = max_context - VERIFY_ROWS
+    for w in widths:  # each narrower verify: its last row left stale
+        if w != VERIFY_ROWS and pos + w <= end:
+            calls.append((verify_graph(w), pos, w))
+            pos += w - 1
     while pos + chunk <= end:
         calls.append(("target_prefill", pos, chunk))
         pos += chunk
@@ -155,8 +159,8 @@ def target_parity(rt: Runtime, eager: Runtime, cmp: Comparer, seed: int) -> None
     rng = np.random.default_rng(seed + 1)
     for r in (rt, eager):
         r.cache.reset()
-    calls = target_calls(rt.max_context, rt.chunk)
-    if {g for g, _, _ in calls} != set(TARGET_GRAPHS):
+    calls = target_calls(rt.max_context, rt.chunk, rt.contract.verify_widths)
+    if {g for g, _, _ in calls} != set(rt.contract.target_graphs):
         raise AssertionError(f"target parity would leave a graph unchecked: {calls}")
     for graph, pos, n in calls:
         tokens = rng.integers(0, rt.vocab, n).tolist()
@@ -232,9 +236,10 @@ def drafter_agreement(rt: Runtime, eager: Runtime, features: np.ndarray, tokens:
 def target_agreement(rt: Runtime, expected: np.ndarray, tokens: list[int],
                      rng: np.random.Generator) -> dict[str, tuple[int, int]]:
     """One text through the target graphs as the runtime runs them: the first quarter prefilled in
-    chunks, then verify blocks (advancing 1..8 rows) and single decode steps, each writing its own
-    cache rows. expected: fp32 eager argmax per position. -> graph: (agreeing, compared) rows."""
-    counts = {name: (0, 0) for name in TARGET_GRAPHS}
+    chunks, then verify blocks of every width (advancing 1..w rows) and single decode steps, each writing
+    its own cache rows. expected: fp32 eager argmax per position. -> graph: (agreeing, compared) rows."""
+    counts = {name: (0, 0) for name in rt.contract.target_graphs}
+    widths = rt.contract.verify_widths
     rt.cache.reset()
 
     def run(name: str, pos: int, n: int) -> None:
@@ -254,8 +259,9 @@ def target_agreement(rt: Runtime, expected: np.ndarray, tokens: list[int],
             rt.cache.commit(pos, 1)
             pos += 1
         else:
-            run("target_verify", pos, VERIFY_ROWS)  # all 8 rows judged; the rows past the commit go stale
-            step = int(rng.integers(1, VERIFY_ROWS + 1))
+            w = widths[int(rng.integers(len(widths)))]
+            run(verify_graph(w), pos, w)  # all w rows judged; the rows past the commit go stale
+            step = int(rng.integers(1, w + 1))
             rt.cache.commit(pos, step)
             pos += step
     return counts
@@ -292,7 +298,8 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
     manifest = load_manifest(folder)
     eager = Runtime(folder, "eager", target=target_override)
     target, drafter = eager.backend.target, eager.backend.drafter
-    specs = graph_specs(target, drafter, manifest["max_context"], manifest["prefill_chunk"], manifest["cache"]["dtype"])
+    specs = graph_specs(target, drafter, manifest["max_context"], manifest["prefill_chunk"], manifest["cache"]["dtype"],
+                        tuple(manifest["verify_widths"]))
     check_declarations(folder, manifest, specs, target)
     kinds = backends or tuple(k for k, key in (("onnxruntime", "onnx"), ("executorch", "pte"))
                               if any(g.get(key) for g in manifest["graphs"].values()))

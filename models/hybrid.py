@@ -16,6 +16,9 @@ calibration measured on training data (`hyflash calibrate`, train/calibrate.py):
   minus lookup's, over rounds with match n, the rule's tables fitted on the other half of the
   rounds). Lookup's match is known before the drafter runs, so where that gain is worth less than
   draft_read costs, a round skips draft_read and verifies lookup's block (`skip_drafter`);
+- per slot, for the verify-width rule (`hyflash.models.widths`): the realised probability that the first k
+  drafts all pass, by bins of the head's slot-k confidence (`slots`), and by lookup's match length
+  (`lookup_slots`); `drafter_chain` and `lookup_chain` read them;
 - for the report only (`by_agreement`): rounds by how many leading drafts the two blocks share, and how
   often each block went further where they part: the room any rule that picks one of them has.
 
@@ -30,6 +33,7 @@ from hyflash.models.lookup import MAX_NGRAM
 
 BIN_EDGES = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0)
 _EDGES = np.asarray(BIN_EDGES)
+SLOT_EDGES = np.linspace(0.0, 1.0, 11)  # a slot's confidence, in tenths
 MIN_ROUNDS = 20
 
 
@@ -50,7 +54,54 @@ def calibration(rounds: dict[str, np.ndarray]) -> dict:
         row["drafter_gain"] = float(gain[hit].mean()) if hit.any() else 0.0
     if "agree" in rounds:
         cal["by_agreement"] = by_agreement(rounds)
+    if "confidence" in rounds:
+        cal["slots"] = slot_tables(np.asarray(rounds["confidence"], np.float64), rounds["drafter"])
+    cal["lookup_slots"] = lookup_slot_tables(rounds, len(cal["slots"]) if "slots" in cal else 7)
     return cal
+
+
+def slot_tables(confidence: np.ndarray, accepted: np.ndarray) -> list[list[dict]]:
+    """Per slot k (rounds x block confidences): bins of the head's slot-k confidence, with the share of their
+    rounds that accepted more than k drafts (the first k+1 all passed)."""
+    out = []
+    for k in range(confidence.shape[1]):
+        cell = np.clip(np.searchsorted(SLOT_EDGES, confidence[:, k], side="right") - 1, 0, len(SLOT_EDGES) - 2)
+        passed = accepted > k
+        out.append([{"rounds": int((cell == b).sum()),
+                     "predicted": float(confidence[cell == b, k].mean()) if (cell == b).any() else None,
+                     "realised": float(passed[cell == b].mean()) if (cell == b).any() else None}
+                    for b in range(len(SLOT_EDGES) - 1)])
+    return out
+
+
+def lookup_slot_tables(rounds: dict[str, np.ndarray], block: int) -> list[dict]:
+    """Per lookup match length n: the share of its rounds whose first k+1 lookup drafts all passed, k < block."""
+    rows = []
+    for n in range(MAX_NGRAM + 1):
+        hit = rounds["match"] == n
+        rows.append({"match": n, "rounds": int(hit.sum()),
+                     "chain": [float((rounds["lookup"][hit] > k).mean()) if hit.any() else 0.0 for k in range(block)]})
+    return rows
+
+
+def drafter_chain(cal: dict | None, confidence: np.ndarray) -> np.ndarray:
+    """q_k, the probability that the drafter's first k drafts all pass: its head's slot confidences, each read
+    through the calibration's slot table where that bin holds enough rounds; never rising with k."""
+    q = np.asarray(confidence, np.float64).copy()
+    for k, table in enumerate((cal or {}).get("slots", [])[:len(q)]):
+        cell = table[int(np.clip(np.searchsorted(SLOT_EDGES, q[k], side="right") - 1, 0, len(table) - 1))]
+        if cell["rounds"] >= cal["min_rounds"]:
+            q[k] = cell["realised"]
+    return np.minimum.accumulate(q)
+
+
+def lookup_chain(cal: dict | None, match: int, block: int) -> np.ndarray:
+    """q_k for prompt-lookup's block at match length `match`: measured where the calibration has the row
+    (a drafter calibrated by `hyflash calibrate`); otherwise no match verifies nothing and a match, all."""
+    rows = (cal or {}).get("lookup_slots")
+    if rows and rows[match]["rounds"] >= cal["min_rounds"]:
+        return np.asarray(rows[match]["chain"][:block], np.float64)
+    return np.full(block, 1.0 if match else 0.0)
 
 
 def by_agreement(rounds: dict[str, np.ndarray]) -> list[dict]:

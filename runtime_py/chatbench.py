@@ -61,6 +61,7 @@ class ChatBenchConfig:
     limit: int | None = None  # the first N conversations only
     peers: tuple[str, ...] = ()
     runner: Path | None = None  # hyflash-run: the .pte exports answered by it too
+    widths: tuple = ("full",)  # each drafting mode once per width policy: full, a verify width, rule
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -90,20 +91,21 @@ def read_chats(path: Path, limit: int | None = None) -> list[dict]:
     return rows[:limit] if limit else rows
 
 
-def modes(runtime: Runtime) -> list[str]:
-    """The drafting modes an export supports, target-only first."""
-    out = ["none"]
-    if runtime.manifest["drafter"]["name"] != "random":
-        out.append("model")
-    out.append("prompt-lookup")
+def modes(runtime: Runtime, widths: tuple = ("full",)) -> list[str]:
+    """The drafting modes an export supports, target-only first; each drafting mode once per width policy
+    (`mode@policy`, plain `mode` for the full block)."""
+    drafting = (["model"] if runtime.manifest["drafter"]["name"] != "random" else []) + ["prompt-lookup"]
     if runtime.hybrid is not None and runtime.confidence() is not None:
-        out.append("hybrid")
-    return out
+        drafting.append("hybrid")
+    return ["none"] + [m if w == "full" else f"{m}@{w}" for m in drafting for w in widths]
 
 
-def converse(runtime: Runtime, tokenizer, turns: list[str], draft: str, max_new: int) -> list[Stats]:
-    """Every turn answered in order, the conversation kept between turns: one Stats a turn."""
-    conversation = Conversation(runtime, tokenizer, GenerationConfig(max_new_tokens=max_new, draft=draft))
+def converse(runtime: Runtime, tokenizer, turns: list[str], mode: str, max_new: int) -> list[Stats]:
+    """Every turn answered in order, the conversation kept between turns: one Stats a turn. mode: a drafting
+    mode, with `@policy` for a verify width other than the full block."""
+    draft, _, width = mode.partition("@")
+    width = int(width) if width.isdigit() else width or "full"
+    conversation = Conversation(runtime, tokenizer, GenerationConfig(max_new_tokens=max_new, draft=draft, width=width))
     out = []
     for message in turns:
         stats = Stats()
@@ -125,6 +127,7 @@ class Answers:
     graph_ms: float = 0.0
     capped: int = 0
     same: int | None = None  # answers equal to the same export's target-only answers
+    widths: dict = dataclasses.field(default_factory=dict)  # rounds by rows verified (1: a plain step)
 
     @property
     def decode_tokens(self) -> int:
@@ -141,7 +144,8 @@ class Answers:
                    rounds=sum(s.rounds for s in stats),
                    drafter_ms=sum(ms for g, ms in decode.items() if g in DRAFTER_GRAPHS),
                    graph_ms=sum(decode.values()),
-                   capped=sum(s.stop_reason == "max_new_tokens" for s in stats))
+                   capped=sum(s.stop_reason == "max_new_tokens" for s in stats),
+                   widths={w: sum(s.widths.get(w, 0) for s in stats) for w in {w for s in stats for w in s.widths}})
 
     @classmethod
     def of_native(cls, category: str, runs: list[dict]) -> "Answers":
@@ -172,6 +176,9 @@ def summarise(label: str, answers: list[Answers], baseline: list[Answers]) -> di
                              if sum(a.graph_ms for a in answers) else 0.0),
            "capped_share": sum(a.capped for a in answers) / n_answers,
            "mean_answer_tokens": sum(len(t) for a in answers for t in a.tokens) / n_answers}
+    widths = {w: sum(a.widths.get(w, 0) for a in answers) for w in sorted({w for a in answers for w in a.widths})}
+    if len(widths) > 1:  # a width policy that varied: the share of rounds at each width
+        row["width_share"] = {str(w): n / rounds for w, n in widths.items()}
     if answers and answers[0].same is not None:
         row["same_as_target_only"] = sum(a.same for a in answers) / n_answers
     return row
@@ -203,7 +210,10 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
     if len(set(labels)) < len(labels):
         raise ValueError(f"two exports share a folder name ({labels}); rename one")
     tokenizers = [load_tokenizer(rt.folder) for rt in runtimes]
-    runs = [(f"{lab}/{m}", i, m) for i, (lab, rt) in enumerate(zip(labels, runtimes)) for m in modes(rt)]
+    if "rule" in cfg.widths:  # this device's costs, read before anything runs
+        for rt in runtimes:
+            rt.cost_curve()
+    runs = [(f"{lab}/{m}", i, m) for i, (lab, rt) in enumerate(zip(labels, runtimes)) for m in modes(rt, cfg.widths)]
     native = _native_runs(cfg, labels, runtimes)
     log = (lambda msg: print(msg, file=sys.stderr)) if progress else (lambda msg: None)
     peers, peer_status = open_peers(cfg.peers, Path(runtimes[0].manifest["target"]["path"]), cfg.threads, log)

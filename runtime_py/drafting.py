@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from hyflash.models.hybrid import choose_lookup, skip_drafter, skipped_matches
+from hyflash.models.hybrid import choose_lookup, drafter_chain, lookup_chain, skip_drafter, skipped_matches
 from hyflash.models.lookup import lookup
 
 RATE_PRIOR_ROUNDS = 8  # hybrid: the calibration's rate counts as this many rounds of the generation's own
@@ -28,6 +28,8 @@ RATE_PRIOR_ROUNDS = 8  # hybrid: the calibration's rate counts as this many roun
 class Proposal:
     drafts: np.ndarray  # (block,) token ids for positions pos+1..
     expected: float | None = None  # the drafter's expected accepted drafts (its confidence head), if any
+    chain: np.ndarray | None = None  # q_k: P(the first k drafts all pass), calibrated, for the width rule
+    read: bool = False  # draft_read ran for this block
 
 
 class DrafterDrafting:
@@ -41,7 +43,9 @@ class DrafterDrafting:
         found = lookup(history[:pos + 1], rt.block) if rt.reads_lookup else None  # a lookup-input drafter's input
         drafts = rt.draft(anchor, pos, stats, found)
         conf = rt.confidence()
-        return Proposal(drafts, float(conf.sum()) if conf is not None else None)
+        if conf is None:
+            return Proposal(drafts, read=True)
+        return Proposal(drafts, float(conf.sum()), drafter_chain(rt.hybrid, conf), read=True)
 
     def accepted(self, proposal: Proposal, k: int) -> None:
         pass
@@ -51,10 +55,11 @@ class LookupDrafting:
     uses_drafter = False
 
     def __init__(self, runtime):
-        self.block = runtime.block
+        self.block, self.cal = runtime.block, runtime.hybrid
 
     def propose(self, history: np.ndarray, anchor: int, pos: int, stats) -> Proposal:
-        return Proposal(lookup(history[:pos + 1], self.block)[0])
+        block, match = lookup(history[:pos + 1], self.block)
+        return Proposal(block, chain=lookup_chain(self.cal, match, self.block))
 
     def accepted(self, proposal: Proposal, k: int) -> None:
         pass
@@ -77,12 +82,13 @@ class HybridDrafting:
         self.skipped = skip_drafter(self.cal, match, self.cost, self.made / self.spent)
         if not self.skipped:
             drafts = rt.draft(anchor, pos, stats, (block, match) if rt.reads_lookup else None)
-            expected = float(rt.confidence().sum())
+            conf = rt.confidence()
+            expected = float(conf.sum())
             if not choose_lookup(self.cal, expected, match):
-                return Proposal(drafts, expected)
+                return Proposal(drafts, expected, drafter_chain(self.cal, conf), read=True)
         stats.lookup_rounds += 1
         stats.skipped_reads += self.skipped
-        return Proposal(block)
+        return Proposal(block, chain=lookup_chain(self.cal, match, rt.block), read=not self.skipped)
 
     def accepted(self, proposal: Proposal, k: int) -> None:
         self.made += k + 1

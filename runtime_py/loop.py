@@ -20,9 +20,10 @@ import numpy as np
 
 from hyflash.runtime_py.backends import Call, open_backend
 from hyflash.runtime_py.drafting import drafting_for
-from hyflash.runtime_py.manifest import TARGET_GRAPHS, VERIFY_ROWS, Contract, load_manifest
+from hyflash.runtime_py.manifest import VERIFY_ROWS, Contract, load_manifest, verify_graph
 from hyflash.runtime_py.sampling import Sampling, accept, choose
 from hyflash.runtime_py.state import DrafterContext, TargetCache
+from hyflash.runtime_py.verifying import POLICIES, check_policy, policy_for, read_costs
 
 DRAFTS = ("model", "prompt-lookup", "hybrid", "none")
 # hybrid: draft_read's time as a share of the rest of a round (verify and commit), which decides when a round
@@ -40,6 +41,8 @@ class GenerationConfig:
     draft: str = "model"  # "model" | "prompt-lookup" | "hybrid" (the better of the two each round, docs/design.md)
     #                       | "none" (target-only through target_decode)
     draft_cost: float = DRAFT_COST  # hybrid: draft_read's share of a round's time (0: always run the drafter)
+    width: str | int = "full"  # drafts verified a round: "full" (all 7), a verify width of the export (w - 1
+    #                            drafts), or "rule" (chosen each round from the export's costs: verifying.py)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -48,6 +51,8 @@ class GenerationConfig:
             raise ValueError(f"--draft must be one of {', '.join(DRAFTS)}, got {self.draft!r}")
         if not self.draft_cost >= 0:
             raise ValueError(f"--draft-cost must be >= 0 (draft_read's share of a round's time), got {self.draft_cost}")
+        if self.width not in POLICIES and not (isinstance(self.width, int) and 2 <= self.width <= VERIFY_ROWS):
+            raise ValueError(f"--width must be full, rule or a verify width 2..{VERIFY_ROWS}, got {self.width!r}")
 
 
 @dataclasses.dataclass
@@ -67,6 +72,8 @@ class Stats:
     skipped_reads: int = 0  # hybrid: rounds of those that did not run draft_read (its gain not worth its cost)
     expected_accepted: list[float] = dataclasses.field(default_factory=list)  # per round, when the drafter has
     realised_accepted: list[int] = dataclasses.field(default_factory=list)    # a confidence head: its calibration
+    widths: dict[int, int] = dataclasses.field(default_factory=lambda: defaultdict(int))  # rounds by rows verified
+    rested_rounds: int = 0  # the width rule: plain steps while the drafter rests (in `rounds`, width 1)
 
     def record_round(self, k: int, block: int, expected: float | None) -> None:
         """A verify round that accepted k drafts; `expected`: what the drafter's confidence head expected."""
@@ -96,7 +103,8 @@ class Stats:
                 "graph_ms": {g: self.graph_ms[g] / self.graph_calls[g] for g in self.graph_ms},
                 "graph_calls": dict(self.graph_calls), "stop_reason": self.stop_reason,
                 "drafter_context_bytes": self.drafter_context_bytes, "lookup_rounds": self.lookup_rounds,
-                "skipped_reads": self.skipped_reads}
+                "skipped_reads": self.skipped_reads, "widths": {str(w): n for w, n in sorted(self.widths.items())},
+                "rested_rounds": self.rested_rounds}
 
 
 class Runtime:
@@ -121,6 +129,10 @@ class Runtime:
         self._busy = threading.Lock()
         self._phase = ""  # "prefill/" while a generation prefills: the key prefix of its graph times
         self._verified = None  # the last verify's features (an output array, reused by the next call)
+        self._pending: list[np.ndarray] = []  # features of plain steps not yet folded (the drafter resting)
+        self._pending_pos = 0
+        self._rested = False  # the last round was a plain step with the drafter resting
+        self._costs = None  # the cost curve (costs.json), read when the width rule first needs it
 
     def _bind(self, graph: str, pool_in: dict, pool_out: dict, cache: TargetCache | None = None) -> Call:
         """Bind a graph's inputs and outputs, by name, to arrays of the pools (allocated once)."""
@@ -137,7 +149,7 @@ class Runtime:
             return {t["name"]: np.zeros(t["shape"], np.dtype(t["dtype"])) for t in c.graph(graph)[kind]}
 
         calls = {}
-        for g in TARGET_GRAPHS:
+        for g in c.target_graphs:
             calls[g] = self._bind(g, arrays(g, "inputs"), arrays(g, "outputs"), self.cache)
         small = {**arrays("window_shift", "inputs"), **arrays("draft_read", "inputs")}  # features, n_valid, ...
         read_out = arrays("draft_read", "outputs")  # the drafts: both copies' reads land here
@@ -180,10 +192,17 @@ class Runtime:
         self._run(graph, call, stats)
         return call.outputs["logits"], call.outputs["features"]
 
+    def cost_curve(self):
+        """This export's costs on this device (`costs.json`), for the width rule."""
+        if self._costs is None:
+            self._costs = read_costs(self.folder, self.backend.name, self.contract.verify_widths)
+        return self._costs
+
     def draft(self, anchor: int, pos: int, stats: Stats | None = None,
               found: tuple[np.ndarray, int] | None = None) -> np.ndarray:
         """draft_read on the current context: the drafts for positions pos+1..pos+7. found: prompt-lookup's
         block and match length on the text up to the anchor (`lookup`), which a lookup-input drafter reads."""
+        self.flush(stats)
         call = self.calls["draft_read", self.ctx.index]
         call.inputs["anchor_token"][0] = anchor
         call.inputs["anchor_pos"][0] = pos
@@ -218,6 +237,20 @@ class Runtime:
         self.ctx.flip()
         self.ctx.folded(pos, n)
 
+    def pend(self, row: np.ndarray, pos: int, stats: Stats | None = None) -> None:
+        """A plain step's committed feature row (position pos), folded with up to 7 more in one commit."""
+        if not self._pending:
+            self._pending_pos = pos
+        self._pending.append(row.copy())
+        if len(self._pending) == VERIFY_ROWS:
+            self.flush(stats)
+
+    def flush(self, stats: Stats | None = None) -> None:
+        """Fold the pending rows, so the drafter's context holds every committed row."""
+        if self._pending:
+            rows, self._pending = np.stack(self._pending), []
+            self.fold(rows, self._pending_pos, len(rows), stats)
+
     def check_prompt(self, prompt: list[int]) -> None:
         if not prompt:
             raise ValueError("the prompt is empty; give at least one token")
@@ -248,6 +281,7 @@ class Runtime:
         whole chunk would pass the cache's end); every prompt feature committed to the drafter,
         8 rows at a time. With `reuse`, rows the committed context already holds are kept and only the
         rest runs (a conversation's new turn). -> the logits after the last prompt token."""
+        self._pending = []
         pos = self.reusable(prompt, use_drafter) if reuse else 0
         if pos == 0:
             self.ctx.reset()
@@ -282,6 +316,9 @@ class Runtime:
         another thread, or an unfinished generator) is refused; give each thread its own Runtime."""
         self.check_prompt(prompt)
         self.check_draft(cfg.draft)
+        check_policy(cfg.width, self.contract.verify_widths)
+        if cfg.width == "rule" and cfg.draft != "none":
+            self.cost_curve()
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("this Runtime is already generating (in another thread, or an unfinished "
                                "generate()); give each concurrent generation its own Runtime")
@@ -295,7 +332,11 @@ class Runtime:
         stats = stats if stats is not None else Stats()
         stats.prompt_tokens = len(prompt)
         rng = np.random.default_rng(cfg.seed)
-        drafting = drafting_for(cfg.draft, self, cfg.draft_cost)
+        draft_cost = cfg.draft_cost
+        if cfg.width == "rule" and cfg.draft == "hybrid":  # one cost model: hybrid's skip reads the same costs
+            c = self.cost_curve().at(len(prompt))
+            draft_cost = c.draft / (c.verify[VERIFY_ROWS] + c.commit)
+        drafting = drafting_for(cfg.draft, self, draft_cost)
         self._phase = "prefill/"
         t0 = time.perf_counter()
         logits = self.prefill(prompt, drafting is not None and drafting.uses_drafter, stats, reuse)  # 1. prefill
@@ -303,6 +344,7 @@ class Runtime:
         self._phase = ""
         pos = len(prompt)  # the anchor's position: rows < pos are committed
         limit = min(self.usable_context, len(prompt) + cfg.max_new_tokens)
+        policy = policy_for(cfg.width, self, drafting, len(prompt)) if drafting is not None else None
         anchor = choose(logits, cfg.sampling, rng)
         new = self._stop([anchor], stats, cfg, len(prompt), limit)
         history = np.empty(limit, np.int64)  # prompt + output, for prompt-lookup: filled in place, never rebuilt
@@ -321,33 +363,54 @@ class Runtime:
                     self.commit_rows([anchor], pos)
                     emitted = [choose(logits[0], cfg.sampling, rng)]
                 else:
-                    emitted = self.round(drafting, history, anchor, pos, cfg.sampling, rng, stats)
+                    emitted = self.round(drafting, policy, history, anchor, pos, cfg.sampling, rng, stats)
                 new = self._stop(emitted, stats, cfg, len(prompt), limit)
                 if drafting is not None:
                     self.commit_round(drafting, anchor, emitted, new, pos, stats)
                 anchor, pos = emitted[-1], pos + len(new)
         finally:
+            if drafting is not None and drafting.uses_drafter:
+                self.flush(stats)  # the drafter's context holds every committed row (a next turn may reuse it)
             stats.decode_s = time.perf_counter() - t1
             stats.drafter_context_bytes = self.context_bytes(pos) if drafting and drafting.uses_drafter else {}
 
-    def round(self, drafting, history: np.ndarray, anchor: int, pos: int, sampling: Sampling,
+    def round(self, drafting, policy, history: np.ndarray, anchor: int, pos: int, sampling: Sampling,
               rng: np.random.Generator, stats: Stats) -> list[int]:
         """One speculative round at the anchor (position pos): the accepted drafts and the target's bonus token.
-        The verify block's 8 K/V rows are all written; `commit_round` keeps those of the emitted tokens."""
-        proposal = drafting.propose(history, anchor, pos, stats)  # 2. draft d_1..d_7 for pos+1..pos+7
-        logits, self._verified = self.run_target("target_verify", [anchor, *proposal.drafts.tolist()], pos, stats)
-        k, bonus = accept(proposal.drafts, logits, sampling, rng)  # 3. verify, 4. accept d_1..d_k and a bonus
-        drafting.accepted(proposal, k)
-        stats.record_round(k, self.block, proposal.expected)
-        return [*proposal.drafts[:k].tolist(), bonus]
+        The policy may rest the drafter (a plain step) or verify fewer drafts than the block has (a narrower
+        verify graph); the block's w K/V rows are all written, `commit_round` keeps those of the emitted tokens."""
+        self._rested = not policy.drafts(pos)
+        if self._rested:
+            proposal, width = None, 1
+            drafts = np.empty(0, np.int64)
+        else:
+            proposal = drafting.propose(history, anchor, pos, stats)  # 2. draft d_1..d_7 for pos+1..pos+7
+            width = policy.width(proposal.chain, proposal.read, pos)
+            drafts = proposal.drafts[:width - 1]
+        logits, self._verified = self.run_target(verify_graph(width), [anchor, *drafts.tolist()], pos, stats)
+        k, bonus = accept(drafts, logits[:width], sampling, rng)  # 3. verify, 4. accept d_1..d_k and a bonus
+        if proposal is not None:
+            drafting.accepted(proposal, k)
+        stats.record_round(k, self.block, proposal.expected if proposal is not None else None)
+        stats.widths[width] += 1
+        stats.rested_rounds += self._rested
+        policy.made(k + 1, width, proposal is not None and proposal.read, self._rested, pos)
+        return [*drafts[:k].tolist(), bonus]
 
     def commit_round(self, drafting, anchor: int, emitted: list[int], new: list[int], pos: int, stats: Stats) -> None:
         """5. commit rows 0..n-1 of the verify block (n: the emitted tokens kept, fewer at a cut): the anchor and
         the emitted drafts but the last emitted token, which is the next anchor; so the committed text is always
-        prompt + output minus its last token. Their features go into the drafter's context."""
+        prompt + output minus its last token. Their features go into the drafter's context (a resting
+        drafter's a few rows at a time, before it next drafts)."""
         n = len(new)
         self.commit_rows([anchor, *emitted[:n - 1]], pos)
-        if drafting.uses_drafter:
+        if not drafting.uses_drafter:
+            return
+        if self._rested:
+            if n:
+                self.pend(self._verified[0], pos, stats)
+        else:
+            self.flush(stats)
             self.fold(self._verified, pos, n, stats)
 
     def _stop(self, new: list[int], stats: Stats, cfg: GenerationConfig, prompt_len: int, limit: int) -> list[int]:

@@ -15,10 +15,11 @@ from pathlib import Path
 from hyflash.models.config import read_json_object
 from hyflash.models.files import sha256
 
-FORMAT_VERSION = 2  # 2: target caches in place (per-layer ONNX past/present, .pte mutable buffers)
-VERIFY_ROWS = 8  # anchor + 7 drafts: target_verify's width, and the commit width of the drafter
+FORMAT_VERSION = 3  # 2: target caches in place (per-layer ONNX past/present, .pte mutable buffers); 3: verify widths
+VERIFY_ROWS = 8  # anchor + 7 drafts: the widest verify (target_verify), and the commit width of the drafter
+VERIFY_WIDTHS = (2, 4, 8)  # the verify graphs an export has by default: target_verify_{w}, target_verify for 8
 DRAFTER_GRAPHS = ("draft_read", "state_commit", "window_shift")
-TARGET_GRAPHS = ("target_prefill", "target_verify", "target_decode")
+TARGET_GRAPHS = ("target_prefill", "target_verify", "target_decode")  # every export has these
 STATE_NAMES = ("win_k", "win_v", "win_pos", "ssm_state", "conv_state")  # the drafter's context, as I/O
 PAST_KEY, PAST_VALUE = "past_key.{layer}", "past_value.{layer}"  # ONNX target graphs: cache inputs ...
 PRESENT_KEY, PRESENT_VALUE = "present_key.{layer}", "present_value.{layer}"  # ... bound to the same buffers
@@ -28,7 +29,21 @@ PTE_KERNELS = ("llama::update_cache", "llama::custom_sdpa")  # the target method
 QUANTIZED_EMBEDDING_KERNELS = {"none": (), "int8": ("quantized_decomposed::embedding_byte",),
                                "int4": ("quantized_decomposed::embedding_4bit",)}
 REQUIRED = ("format_version", "graphs", "files", "target", "drafter", "block", "window", "max_context",
-            "prefill_chunk", "cache", "quantization", "memory", "versions")
+            "prefill_chunk", "verify_widths", "cache", "quantization", "memory", "versions")
+
+
+def verify_graph(width: int) -> str:
+    """The target graph that verifies `width` rows (the anchor and width - 1 drafts); width 1 is a decode step."""
+    return "target_decode" if width == 1 else "target_verify" if width == VERIFY_ROWS else f"target_verify_{width}"
+
+
+def check_widths(widths) -> tuple[int, ...]:
+    """Verify widths as an export declares them: distinct, 2..VERIFY_ROWS, the full block among them."""
+    widths = tuple(sorted(set(int(w) for w in widths)))
+    if not widths or widths[0] < 2 or widths[-1] != VERIFY_ROWS:
+        raise ValueError(f"verify widths must lie in 2..{VERIFY_ROWS} and include {VERIFY_ROWS} (the full block), "
+                         f"got {list(widths)}")
+    return widths
 
 
 class ArtifactError(ValueError):
@@ -53,6 +68,8 @@ class Contract:
         self.reads_lookup = any(t["name"] == "lookup_tokens" for t in self.graphs["draft_read"]["inputs"])
         self.drafter_graphs = tuple(g for g in DRAFTER_GRAPHS if g in self.graphs)
         self.vocab = self.io("target_decode", "logits")["shape"][-1]
+        self.verify_widths = tuple(manifest["verify_widths"])  # 2..8, 8 among them
+        self.target_graphs = (*TARGET_GRAPHS, *(verify_graph(w) for w in self.verify_widths if w != VERIFY_ROWS))
 
     def graph(self, name: str) -> dict:
         return self.graphs[name]
@@ -163,10 +180,18 @@ def check_consistency(path: Path, m: dict) -> None:
     same("window", m["window"], "drafter.config.window (at max_context)",
          t_max if window == "full" else min(window, t_max) if isinstance(window, int) else window)
     same("prefill_chunk", m["prefill_chunk"], "target_prefill.tokens shape[0]", shape("target_prefill", "tokens")[0])
-    same("target_verify.tokens shape[0]", shape("target_verify", "tokens")[0], "the verify width", VERIFY_ROWS)
+    try:
+        widths = check_widths(m["verify_widths"])
+    except (ValueError, TypeError) as e:
+        raise ArtifactError(f"{path}: verify_widths: {e}; re-export") from None
+    same("verify_widths", list(widths), "as listed (sorted, distinct)", m["verify_widths"])
+    for w in widths:
+        if verify_graph(w) not in g:
+            raise ArtifactError(f"{path}: graph {verify_graph(w)!r} (verify width {w}) is missing; re-export")
+        same(f"{verify_graph(w)}.tokens shape[0]", shape(verify_graph(w), "tokens")[0], "its verify width", w)
     same("target_decode.tokens shape[0]", shape("target_decode", "tokens")[0], "the decode width", 1)
     feature = len(m["target"]["taps"]) * target.get("hidden_size", 0)
-    for name in TARGET_GRAPHS:
+    for name in (*TARGET_GRAPHS, *(verify_graph(w) for w in widths if w != VERIFY_ROWS)):
         rows = shape(name, "tokens")[0]
         same(f"{name}.positions shape", shape(name, "positions"), "[tokens]", [rows])
         same(f"{name}.logits shape", shape(name, "logits"), "[tokens, target.config.vocab_size]", [rows, vocab])

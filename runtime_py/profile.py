@@ -3,8 +3,10 @@
 For every committed length c: a prompt of c tokens is prefilled (timed: time to first token and
 prefill tokens/s), then each graph is called repeatedly at position c (a warm-up call, then
 back-to-back calls) and the median taken:
-`target_decode` (1 row), `target_verify` (8 rows), `target_prefill` (one chunk), and the
-drafter's three graphs (`draft_read`, `state_commit` and `window_shift` with a full commit).
+`target_decode` (1 row), every verify width (`target_verify` 8 rows, `target_verify_{w}` w rows),
+`target_prefill` (one chunk), and the drafter's three graphs (`draft_read`, `state_commit` and
+`window_shift` with a full commit). `cost_curve` turns a report into the width rule's costs
+(`costs.json`, which `hyflash profile --write-costs` writes beside the export).
 Calls at one position overwrite the same cache rows, which is what a rejected round does.
 Then target-only decoding (tokens/s) from the same prompt, beside optimum-ort's where installed.
 
@@ -26,9 +28,10 @@ import numpy as np
 from tqdm import tqdm
 
 from hyflash.models.config import TargetConfig
+from hyflash.models.widths import CostCurve, Costs
 from hyflash.runtime_py.bench import OptimumBaseline, export_tokenizer, source_texts
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
-from hyflash.runtime_py.manifest import DRAFTER_GRAPHS, VERIFY_ROWS
+from hyflash.runtime_py.manifest import DRAFTER_GRAPHS, VERIFY_ROWS, verify_graph
 
 
 def profile_prompt(runtime: Runtime, length: int, seed: int = 0) -> list[int]:
@@ -76,8 +79,8 @@ def call_times(runtime: Runtime, c: int, repeats: int) -> dict[str, list[float]]
     shift = runtime.calls["window_shift", i]
     shift.inputs["n_valid"][0] = VERIFY_ROWS
     shift.inputs["positions"][:] = np.arange(c, c + VERIFY_ROWS)
-    calls = {"target_decode": lambda: runtime.run_target("target_decode", [tok], c),
-             "target_verify": lambda: runtime.run_target("target_verify", [tok] * VERIFY_ROWS, c)}
+    calls = {verify_graph(w): (lambda w=w: runtime.run_target(verify_graph(w), [tok] * w, c))
+             for w in (1, *runtime.contract.verify_widths)}
     if c + runtime.chunk <= runtime.max_context:
         calls["target_prefill"] = lambda: runtime.run_target("target_prefill", [tok] * runtime.chunk, c)
     calls["draft_read"] = lambda: runtime.draft(tok, c, found=(np.full(runtime.block, tok), 0))
@@ -138,11 +141,24 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
             row["optimum_ort_tokens_per_s"] = tps
             row["target_only_over_optimum_ort"] = row["target_only_tokens_per_s"] / tps
             row["optimum_ort_same_tokens"] = theirs == tokens
+        row["verify_over_decode_by_width"] = {w: ms[verify_graph(w)] / ms["target_decode"]
+                                              for w in runtime.contract.verify_widths}
         rows.append(row)
     return {"export": str(folder), "backend": backend, "pte_kernels": runtime.backend.kernels,
             "threads": threads, "repeats": repeats,
             "new_tokens": new_tokens, "optimum_ort": status, "format_version": runtime.manifest["format_version"],
             "rows": rows}
+
+
+def cost_curve(report: dict) -> CostCurve:
+    """The width rule's costs from a profile: each verify width's ms, draft_read's, and a commit's
+    (state_commit + window_shift), at each committed length profiled."""
+    points = []
+    for r in report["rows"]:
+        ms = r["graph_ms"]
+        widths = {1: ms["target_decode"], **{int(w): ms[verify_graph(int(w))] for w in r["verify_over_decode_by_width"]}}
+        points.append(Costs(widths, ms["draft_read"], ms.get("state_commit", 0.0) + ms["window_shift"]))
+    return CostCurve(tuple(r["context"] for r in report["rows"]), tuple(points))
 
 
 def format_profile(report: dict) -> str:

@@ -39,9 +39,9 @@ def onnx_exports(qwen3_dir, tmp_path_factory):
 
 def test_manifest_and_graph_contracts(both_formats):
     manifest = load_manifest(both_formats)
-    assert manifest["format_version"] == 2 and manifest["drafter"]["name"] == "random"
+    assert manifest["format_version"] == 3 and manifest["drafter"]["name"] == "random"
     assert set(manifest["graphs"]) == {"draft_read", "state_commit", "window_shift", "target_prefill",
-                                       "target_verify", "target_decode"}
+                                       "target_verify", "target_verify_2", "target_verify_4", "target_decode"}
     assert manifest["max_context"] == CONTEXT and manifest["window"] == 24 and manifest["block"] == 7
     contract = Contract(manifest)
     past, present = contract.onnx_cache_io()
@@ -87,14 +87,15 @@ def test_manifest_and_graph_contracts(both_formats):
 
 
 def test_pte_program_holds_both_models_and_each_table_once(both_formats, qwen3_dir):
-    """One program with all six methods. The drafter's view of the target's (tied) embedding and LM head
-    is the target's bytes, so the program stores the table twice in all (as the lookup's constant and as
-    XNNPACK's projection weights), not twice per model."""
+    """One program with all its methods (eight: three verify widths). The drafter's view of the target's
+    (tied) embedding and LM head is the target's bytes, so the program stores the table twice in all (as the
+    lookup's constant and as XNNPACK's projection weights), not twice per model."""
     from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch.runtime import Runtime
 
     path = both_formats / PTE_FILE
-    assert Runtime.get().load_program(str(path)).method_names == {*TARGET_GRAPHS, *DRAFTER_GRAPHS}
+    methods = Runtime.get().load_program(str(path)).method_names
+    assert methods == {*TARGET_GRAPHS, "target_verify_2", "target_verify_4", *DRAFTER_GRAPHS}
     pte = deserialize_pte_binary(path.read_bytes())
     table = load_target(qwen3_dir).embed.weight.detach().float().numpy()
     forms = (table.tobytes(), table.T.copy().tobytes())

@@ -55,6 +55,24 @@ def test_greedy_equals_the_python_runtime(runner, both_formats):
     assert c["stop_reason"].startswith("usable context reached") and c["prompt_tokens"] + len(c["tokens"]) == 96 - 8
 
 
+def test_narrow_verify_widths_equal_the_python_runtime(runner, both_formats):
+    """--width W verifies the anchor and W - 1 drafts through target_verify_W: the Python runtime's rounds and
+    tokens at that width, and target-only's tokens; a width the export lacks is refused in one line."""
+    runtime = Runtime(both_formats, "executorch")
+    prompt = np.random.default_rng(4).integers(0, 96, 21).tolist()
+    plain = python_stats(runtime, prompt, max_new_tokens=24, ignore_eos=True, draft="none").tokens
+    for width in (2, 4):
+        code, (c,), err = run(runner, both_formats, prompt, "--max-new-tokens", "24", "--ignore-eos", "--width", str(width))
+        assert code == 0, err
+        p = python_stats(runtime, prompt, max_new_tokens=24, ignore_eos=True, width=width)
+        assert c["tokens"] == p.tokens == plain
+        assert (c["rounds"], c["accepted_per_slot"], c["graph_calls"]) == (p.rounds, p.accepted_per_slot,
+                                                                          dict(p.graph_calls))
+        assert c["graph_calls"][f"target_verify_{width}"] == c["rounds"]
+    code, _, err = run(runner, both_formats, prompt, "--width", "3")
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "verify widths" in err
+
+
 @pytest.mark.slow  # suite time: lowering a second program to .pte
 def test_lookup_input_drafter_equals_the_python_runtime(runner, lookup_input_pte):
     """A drafter that reads prompt-lookup's block: the runner's lookup finds what Python's does (the same
@@ -104,7 +122,7 @@ def test_sampled_runs_have_the_target_distribution(runner, both_formats, qwen3_d
 
 
 # what `hyflash generate --json` reports and the runner does not do: prompt-lookup and hybrid drafting
-RUNNER_LEAVES_OUT = {"lookup_rounds", "skipped_reads"}
+RUNNER_LEAVES_OUT = {"lookup_rounds", "skipped_reads", "widths", "rested_rounds"}  # hybrid and the width rule: Python
 
 
 def test_json_has_the_keys_of_hyflash_generate(runner, both_formats):

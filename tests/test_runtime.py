@@ -39,15 +39,7 @@ def test_greedy_speculative_equals_target_only_equals_transformers(both_formats,
 
 def test_rejected_drafts_never_reach_the_state(both_formats, qwen3_dir):
     runtime = Runtime(both_formats)
-    committed = []
-    for i in (0, 1):  # both context copies' state_commit calls: record the rows each one folds in
-        call = runtime.calls["state_commit", i]
-
-        def record(call=call, run=call.run):
-            committed.append(call.inputs["features"][:int(call.inputs["n_valid"][0])].copy())
-            run()
-
-        call.run = record
+    committed = record_commits(runtime)
     prompt = np.random.default_rng(2).integers(3, 96, 21).tolist()
     tokens, stats = generate(runtime, prompt, max_new_tokens=30, ignore_eos=True, draft="model")
     rows = np.concatenate(committed)
@@ -59,6 +51,20 @@ def test_rejected_drafts_never_reach_the_state(both_formats, qwen3_dir):
         _, feats = target(torch.tensor([sequence[:-1]]))
     np.testing.assert_allclose(rows, feats[0].numpy(), atol=1e-4)
     assert stats.rounds > sum(stats.accepted_per_slot[:1])  # there were rejections to leave out
+
+
+def record_commits(runtime) -> list:
+    """The feature rows every state_commit call of `runtime` folds in, in order (both context copies' calls)."""
+    committed = []
+    for i in (0, 1):
+        call = runtime.calls["state_commit", i]
+
+        def record(call=call, run=call.run):
+            committed.append(call.inputs["features"][:int(call.inputs["n_valid"][0])].copy())
+            run()
+
+        call.run = record
+    return committed
 
 
 def _exact_second_token_distribution(target, prompt, sampling):

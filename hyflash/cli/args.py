@@ -56,6 +56,21 @@ def int_list(minimum: int = 0):
     return parse
 
 
+def width(text: str):
+    """An argparse type: how many drafts a round verifies: full, rule, or a verify width (a number)."""
+    if text in ("full", "rule"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected full, rule or a verify width (2..8), got {text!r}") from None
+
+
+def widths(text: str) -> tuple:
+    """An argparse type: comma-separated width policies (`width`)."""
+    return tuple(width(x) for x in text.split(","))
+
+
 def emit(args, data: dict, text) -> None:
     """One JSON line on stdout with --json, else the human form (`text()`, built only when needed)."""
     print(json.dumps(data) if args.json else text())

@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from hyflash.cli.args import CliError, add_pte_kernels, emit, positive
+from hyflash.cli.args import CliError, add_pte_kernels, emit, int_list, positive
+from hyflash.runtime_py.manifest import VERIFY_WIDTHS
 
 
 def cmd_export(args) -> int:
@@ -14,7 +15,8 @@ def cmd_export(args) -> int:
 
     formats = ("onnx", "pte") if args.format == "both" else (args.format,)
     cfg = ExportConfig(target=args.target, drafter=args.drafter, out=args.out, formats=formats, window=args.window,
-                       max_context=args.max_context, prefill_chunk=args.prefill_chunk, quantize=args.quantize,
+                       max_context=args.max_context, prefill_chunk=args.prefill_chunk,
+                       verify_widths=args.verify_widths, quantize=args.quantize,
                        quantize_target=args.quantize_target, quantize_embeddings=args.quantize_embeddings,
                        dtype=args.dtype, seed=args.seed, force=args.force)
     manifest = export(cfg, progress=True)
@@ -62,6 +64,9 @@ def _export_parser(sub) -> None:
     p.add_argument("--window", type=positive(), default=None)
     p.add_argument("--max-context", type=positive(), default=None)
     p.add_argument("--prefill-chunk", type=positive(), default=64)
+    p.add_argument("--verify-widths", type=int_list(2), default=VERIFY_WIDTHS, metavar="W,W,...",
+                   help="rows of the verify graphs (the anchor and W-1 drafts), 2..8 with 8 among them; the loop "
+                        "picks one each round (default: %(default)s)")
     p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none", help="the drafter")
     p.add_argument("--quantize-target", choices=["none", "int4"], default="none")
     p.add_argument("--quantize-embeddings", choices=["none", "int8", "int4", "drafter-int8", "drafter-int4"],

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from hyflash.cli.args import CliError, add_pte_kernels, draft_cost, emit, positive
+from hyflash.cli.args import CliError, add_pte_kernels, draft_cost, emit, positive, widths
 from hyflash.runtime_py.backends import BACKENDS  # numpy only: the --backend choices
 
 
@@ -42,7 +43,7 @@ def _bench_chat(args) -> int:
     peers = tuple(p for p in (args.peer or "").split(",") if p)
     cfg = ChatBenchConfig(artifacts=tuple(args.artifacts), chat=args.chat, max_new_tokens=args.max_new_tokens or 128,
                           threads=args.threads, backend=args.backend, limit=args.limit, peers=peers,
-                          runner=args.runner)
+                          runner=args.runner, widths=args.widths)
     report = bench_chat(cfg, progress=True)
     if args.out:
         write_json_atomic(args.out, report)
@@ -85,6 +86,13 @@ def cmd_profile(args) -> int:
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
     emit(args, report, lambda: format_profile(report))
+    if args.write_costs:
+        from hyflash.runtime_py.chatbench import machine
+        from hyflash.runtime_py.profile import cost_curve
+        from hyflash.runtime_py.verifying import write_costs
+
+        path = write_costs(args.folder, args.backend, cost_curve(report), machine(args.threads))
+        print(f"wrote {path}: the width rule's costs on this device", file=sys.stderr)
     return 0
 
 
@@ -97,6 +105,9 @@ def _bench_parser(sub) -> None:
     p.add_argument("--chat", type=Path, default=None,
                    help="a .jsonl of {\"turns\": [...], \"category\": ...}: every turn answered through the chat "
                         "template, reported by category (e.g. data/chat/heldout.jsonl)")
+    p.add_argument("--widths", type=widths, default=("full",), metavar="P,P,...",
+                   help="--chat: run each drafting mode under these verify-width policies side by side: full, a "
+                        "verify width (2, 4, ...), rule (default: full)")
     p.add_argument("--peer", default=None,
                    help="with --chat: comma-separated peers measured beside hyflash: onnxruntime-genai, optimum-ort")
     p.add_argument("--limit", type=positive(), default=None, help="with --chat: the first N conversations")
@@ -155,6 +166,9 @@ def _profile_parser(sub) -> None:
     p.add_argument("--threads", type=positive(), default=None)
     p.add_argument("--no-optimum", action="store_true", help="leave out the optimum-ort baseline")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    p.add_argument("--write-costs", action="store_true",
+                   help="write the verify-width costs measured here beside the export (costs-BACKEND.json), which "
+                        "--width rule reads")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_profile)
 

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from hyflash.cli.args import CliError, add_pte_kernels, draft_cost, emit, positive
+from hyflash.cli.args import CliError, add_pte_kernels, draft_cost, emit, positive, width
 from hyflash.runtime_py.backends import BACKENDS  # numpy only: the --backend choices
 
 
@@ -75,7 +75,7 @@ def _generation(args):
     runtime = Runtime(args.folder, args.backend, args.threads)  # the export's files checked first
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=_sampling(args), seed=args.seed,
                            ignore_eos=args.ignore_eos, draft="none" if args.no_draft else args.draft,
-                           **draft_cost(args))
+                           width=args.width, **draft_cost(args))
     return cfg, runtime
 
 
@@ -205,6 +205,10 @@ def _add_generation_flags(p) -> None:
                    help="hybrid: draft_read's time as a share of the rest of a round (`hyflash profile` prints it "
                         "as draft_read_share); a round whose lookup match leaves the drafter less to add than that "
                         "skips it; 0: always run the drafter")
+    p.add_argument("--width", type=width, default="full",
+                   help="drafts verified a round: full (the whole block), a verify width of the export (the anchor "
+                        "and W-1 drafts), or rule: chosen each round from the drafts' calibrated confidences and "
+                        "this device's costs (`hyflash profile --write-costs`)")
     p.add_argument("--threads", type=positive(), default=None)
     p.add_argument("--json", action="store_true")
 

@@ -5,6 +5,8 @@
 # drafter of equal parameter count (memory off, MLP 2,160 wide: 14.43 M) and Gated DeltaNet (15.62 M).
 # Resumable (rerun to continue; STOP_AFTER=N ends a session's part at step N keeping the schedule of STEPS).
 # Held-out tau is in each run's log.jsonl. Only HyFlash's weights ship.
+# A second stage continues from shipped weights with a fresh schedule: INIT_FROM=smollm2-135m-instruct
+# RUN=runs/smollm2-hyflash-2 STEPS=1000 LR=4e-4 WARMUP=50 (the run in docs/results-smollm2.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -13,14 +15,20 @@ STEPS=${STEPS:-3000}
 VOCAB=${VOCAB:-16384}  # the draft vocabulary pilots chose 16K (docs/results-smollm2.md)
 WHICH=${WHICH:-hyflash}
 stop=${STOP_AFTER:+--stop-after $STOP_AFTER}
-common=(--target smollm2-135m-instruct --data "$DATA" --draft-vocab "$VOCAB" --steps "$STEPS" --batch 4
-        --anchors 48 --lr 1e-3 --warmup 100 --eval-every 100 --eval-rows 16 --checkpoint-every 50
-        --threads "${THREADS:-2}" --device cpu $stop)
+init=${INIT_FROM:+--init-from $INIT_FROM}
+arch=(--draft-vocab "$VOCAB")
+common=(--target smollm2-135m-instruct --data "$DATA" --steps "$STEPS" --batch 4
+        --anchors 48 --lr "${LR:-1e-3}" --warmup "${WARMUP:-100}" --eval-every 100 --eval-rows 16
+        --checkpoint-every 50 --threads "${THREADS:-2}" --device cpu $stop $init)
 for name in $WHICH; do
   case $name in
-    hyflash) $HF train-drafter "${common[@]}" --out runs/smollm2-hyflash --memory mamba2 --window 128 ;;
-    swa) $HF train-drafter "${common[@]}" --out runs/smollm2-swa --memory off --window 128 \
+    hyflash) if [ -n "${INIT_FROM:-}" ]; then  # the architecture comes with the weights
+               $HF train-drafter "${common[@]}" --out "${RUN:-runs/smollm2-hyflash}"
+             else
+               $HF train-drafter "${common[@]}" "${arch[@]}" --out "${RUN:-runs/smollm2-hyflash}" --memory mamba2 --window 128
+             fi ;;
+    swa) $HF train-drafter "${common[@]}" "${arch[@]}" --out runs/smollm2-swa --memory off --window 128 \
            --intermediate-size "${SWA_INTERMEDIATE:-2160}" ;;
-    gdn) $HF train-drafter "${common[@]}" --out runs/smollm2-gdn --memory gated_deltanet --window 128 ;;
+    gdn) $HF train-drafter "${common[@]}" "${arch[@]}" --out runs/smollm2-gdn --memory gated_deltanet --window 128 ;;
   esac
 done

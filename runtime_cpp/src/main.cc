@@ -1,7 +1,8 @@
 // hyflash-run: the speculative loop over an export's .pte programs, from the command line.
 //
 //   hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K]
-//               [--seed S] [--ignore-eos] [--no-draft] [--repeat R] [--threads N] [--pte-kernels K] [--json]
+//               [--seed S] [--ignore-eos] [--no-draft] [--width W] [--repeat R] [--threads N] [--pte-kernels K]
+//               [--json]
 //
 // Ids in, ids out (the runner has no tokenizer). --json prints what `hyflash generate --json` prints,
 // one object per line; --repeat R runs the prompt R times with seeds S, S+1, ... (each run from an
@@ -60,7 +61,7 @@ void log_line(et_timestamp_t, et_pal_log_level_t level, const char* file, const 
 }
 const char* const kUsage =
     "usage: hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] "
-    "[--top-k K] [--seed S] [--ignore-eos] [--no-draft] [--repeat R] [--threads N] [--pte-kernels hyflash|executorch] "
+    "[--top-k K] [--seed S] [--ignore-eos] [--no-draft] [--width W] [--repeat R] [--threads N] [--pte-kernels hyflash|executorch] "
     "[--json] | --version";
 
 struct UsageError : std::invalid_argument {
@@ -127,6 +128,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--pte-kernels") a.kernels = value(i);
     else if (f == "--ignore-eos") a.cfg.ignore_eos = true;
     else if (f == "--no-draft") a.cfg.draft = false;
+    else if (f == "--width") a.cfg.width = parse_int(f, value(i));
     else if (f == "--json") a.json = true;
     else if (f == "-h" || f == "--help") { std::cout << kUsage << "\n"; std::exit(0); }
     else if (f == "--version") { std::cout << "hyflash-run, kernels: " << kernels_stamp() << "\n"; std::exit(0); }

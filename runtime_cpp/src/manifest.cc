@@ -11,7 +11,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* const kRequired[] = {"format_version", "graphs", "files", "target", "drafter", "block", "window",
-                                 "max_context", "prefill_chunk", "cache", "quantization", "memory", "versions"};
+                                 "max_context", "prefill_chunk", "verify_widths", "cache", "quantization", "memory",
+                                 "versions"};
 const char* const kTargetGraphs[] = {"target_prefill", "target_verify", "target_decode"};
 
 std::string read_file(const fs::path& path) {
@@ -117,12 +118,24 @@ void check_consistency(const std::string& path, const Manifest& m) {
   c.same("window", m.window, "drafter.config.window (at max_context)", expected_window);
   c.same("prefill_chunk", m.prefill_chunk, "target_prefill.tokens shape[0]",
          c.shape("target_prefill", "tokens").at(0));
-  c.same("target_verify.tokens shape[0]", c.shape("target_verify", "tokens").at(0), "the verify width",
-         int64_t{kVerifyRows});
+  const std::vector<int64_t>& widths = m.verify_widths;
+  bool ordered = !widths.empty() && widths.front() >= 2 && widths.back() == kVerifyRows;
+  for (size_t i = 1; i < widths.size(); ++i) ordered = ordered && widths[i - 1] < widths[i];
+  if (!ordered)
+    throw ArtifactError(path + ": verify_widths " + show(widths) + " must be sorted, distinct, in 2.." +
+                        std::to_string(kVerifyRows) + " and include " + std::to_string(kVerifyRows) + "; re-export");
+  std::vector<std::string> target_graphs(std::begin(kTargetGraphs), std::end(kTargetGraphs));
+  for (int64_t w : widths) {
+    if (!m.graphs.count(verify_graph(w)))
+      throw ArtifactError(path + ": graph '" + verify_graph(w) + "' (verify width " + std::to_string(w) +
+                          ") is missing; re-export");
+    c.same(verify_graph(w) + ".tokens shape[0]", c.shape(verify_graph(w), "tokens").at(0), "its verify width", w);
+    if (w != kVerifyRows) target_graphs.push_back(verify_graph(w));
+  }
   c.same("target_decode.tokens shape[0]", c.shape("target_decode", "tokens").at(0), "the decode width", int64_t{1});
   int64_t feature = static_cast<int64_t>(raw.at("target").at("taps").size()) * target.at("hidden_size").as_int();
   int64_t vocab = target.at("vocab_size").as_int();
-  for (const char* name : kTargetGraphs) {
+  for (const std::string& name : target_graphs) {
     int64_t n = c.shape(name, "tokens").at(0);
     std::string g = name;
     c.same(g + ".positions shape", c.shape(name, "positions"), "[tokens]", std::vector<int64_t>{n});
@@ -159,6 +172,7 @@ void read_contract(Manifest& m) {
   m.window = raw.at("window").as_int();
   m.max_context = raw.at("max_context").as_int();
   m.prefill_chunk = raw.at("prefill_chunk").as_int();
+  m.verify_widths = ints(raw.at("verify_widths"));
   m.has_memory = m.graphs.count("state_commit") > 0;
   m.drafter_name = raw.at("drafter").at("name").as_string();
   const json::Value* generation = raw.find("generation");  // exports before it: config.json's EOS only
@@ -169,6 +183,11 @@ void read_contract(Manifest& m) {
 }
 
 }  // namespace
+
+std::string verify_graph(int64_t width) {
+  if (width == 1) return "target_decode";
+  return width == kVerifyRows ? "target_verify" : "target_verify_" + std::to_string(width);
+}
 
 int64_t TensorSpec::numel() const {
   int64_t n = 1;

@@ -12,8 +12,11 @@
 
 namespace hyflash {
 
-constexpr int kFormatVersion = 2;
-constexpr int kVerifyRows = 8;  // anchor + 7 drafts: target_verify's width and every drafter commit's
+constexpr int kFormatVersion = 3;
+constexpr int kVerifyRows = 8;  // anchor + 7 drafts: the widest verify (target_verify) and every drafter commit's
+
+// The target graph that verifies `width` rows (the anchor and width - 1 drafts); width 1 is a decode step.
+std::string verify_graph(int64_t width);
 
 // An export folder that is missing, damaged, or not what it claims (one line: what and the fix).
 struct ArtifactError : std::runtime_error {
@@ -41,6 +44,7 @@ struct Manifest {
   int64_t block = 0, window = 0, max_context = 0, prefill_chunk = 0, vocab = 0;
   bool has_memory = false;
   std::vector<int64_t> eos;  // generation.eos_token_ids, else target.config.eos_token_id
+  std::vector<int64_t> verify_widths;  // 2..8, sorted, 8 among them: target_verify_{w} (target_verify for 8)
   std::string drafter_name;
 
   const GraphSpec& graph(const std::string& name) const;

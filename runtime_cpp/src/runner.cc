@@ -86,7 +86,7 @@ std::string Stats::to_json() const {
          ", \"prefill_s\": " + json_number(prefill_s) + ", \"prefilled\": " + std::to_string(prompt_tokens) +
          ", \"decode_s\": " + json_number(decode_s) + ", \"graph_ms\": " + ms + "}, \"graph_calls\": " + calls +
          "}, \"stop_reason\": " + json::quote(stop_reason) + ", \"drafter_context_bytes\": " + bytes +
-         "}}";  // no lookup_rounds / skipped_reads: prompt-lookup and hybrid drafting are the Python runtime's
+         "}}";  // no lookup_rounds / skipped_reads / widths / rested_rounds: hybrid and the width rule are Python's
 }
 
 // ----------------------------------------------------------------------------------------- runner
@@ -332,6 +332,9 @@ std::map<std::string, int64_t> Runner::context_bytes(int64_t committed) const {
 Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg) {
   check_prompt(prompt);
   if (cfg.max_new_tokens < 1) throw std::invalid_argument("--max-new-tokens must be >= 1");
+  const auto& widths = m_.verify_widths;
+  if (std::find(widths.begin(), widths.end(), cfg.width) == widths.end())
+    throw std::invalid_argument("--width " + std::to_string(cfg.width) + " is not among this export's verify widths");
   Stats stats;
   stats.prompt_tokens = static_cast<int64_t>(prompt.size());
   Rng rng(cfg.seed);
@@ -376,15 +379,15 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
       fresh = stop({anchor}, stats, cfg, len, limit);
       continue;
     }
-    // 2. draft d_1..d_7 for positions pos+1..pos+7
+    // 2. draft d_1..d_7 for positions pos+1..pos+7; the first width - 1 of them are verified
     const int64_t* d = draft(anchor, pos, history, stats, draft_out);
-    std::vector<int64_t> drafts(d, d + block);
-    // 3. verify [anchor, d_1..d_7] at pos..pos+7 (all 8 rows written; rejected ones go stale)
+    std::vector<int64_t> drafts(d, d + cfg.width - 1);
+    // 3. verify [anchor, d_1..] at pos.. (all its rows written; rejected ones go stale)
     std::vector<int64_t> ids = {anchor};
     ids.insert(ids.end(), drafts.begin(), drafts.end());
-    auto [logits, feats] = run_target("target_verify", ids, pos, stats, target_out);
+    auto [logits, feats] = run_target(verify_graph(cfg.width), ids, pos, stats, target_out);
     // 4. accept the longest agreeing prefix, plus the target's bonus token
-    auto [k, bonus] = accept(drafts.data(), static_cast<int>(block), logits, vocab, cfg.sampling, rng);
+    auto [k, bonus] = accept(drafts.data(), static_cast<int>(drafts.size()), logits, vocab, cfg.sampling, rng);
     stats.rounds += 1;
     stats.accepted_per_slot.resize(block, 0);
     for (int i = 0; i < k; ++i) stats.accepted_per_slot[i] += 1;

@@ -23,6 +23,7 @@ struct GenerationConfig {
   uint64_t seed = 0;
   bool ignore_eos = false;
   bool draft = true;  // false: target-only through target_decode
+  int64_t width = kVerifyRows;  // rows verified a round (the anchor and width - 1 drafts): one of verify_widths
 };
 
 struct Stats {

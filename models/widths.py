@@ -1,0 +1,132 @@
+"""How many drafts to verify each round: what the drafts are expected to earn against what each verify
+width costs (docs/design.md, "Verify widths").
+
+A round at width w runs the target once on w rows, the anchor and the first w - 1 drafts (w = 1 is
+`target_decode`, no drafts), and makes 1 + a tokens, a <= w - 1 the drafts accepted. With q_k the
+probability that the first k drafts are all accepted (a drafter's confidence head at slot k, calibrated;
+for prompt-lookup, measured by match length), E[1 + a] = 1 + q_1 + ... + q_{w-1}.
+
+The loop wants the most tokens per millisecond over the whole generation, R. Each round, the width
+maximising E[tokens] - R * ms makes the most of R: a round earning less than R per millisecond lowers it
+(Dinkelbach's argument; R is the generation's own rate as it goes, started from plain decoding's).
+Whether to run the drafter at all is decided before its confidences exist, so it is judged on the
+rounds just drafted: while their value net of draft_read stays below plain decoding's, the runtime
+decodes without drafting for a cool-down that doubles each time drafting still does not pay.
+The rule changes only how many drafts are verified, never which tokens are accepted: output is exact.
+
+numpy only: the runtime applies it every round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+MAX_COOLDOWN = 64  # rounds of plain decoding before the drafter is tried again, at most
+PRIOR_ROUNDS = 8  # the starting rate counts as this many rounds of the generation's own
+
+
+@dataclasses.dataclass(frozen=True)
+class Costs:
+    """Milliseconds of one call at one committed length: `verify[w]` the target on w rows (w = 1:
+    target_decode), `draft` draft_read, `commit` the drafter's commit (state_commit + window_shift)."""
+
+    verify: dict[int, float]
+    draft: float = 0.0
+    commit: float = 0.0
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(sorted(self.verify))
+
+
+@dataclasses.dataclass(frozen=True)
+class CostCurve:
+    """`Costs` measured at several committed lengths (`hyflash profile --write-costs`), read between them
+    by linear interpolation and held flat beyond the ends."""
+
+    lengths: tuple[int, ...]
+    points: tuple[Costs, ...]
+
+    def __post_init__(self):
+        if not self.lengths or len(self.lengths) != len(self.points) or list(self.lengths) != sorted(set(self.lengths)):
+            raise ValueError("a cost curve needs increasing committed lengths, one set of costs each")
+        widths = {c.widths for c in self.points}
+        if len(widths) != 1 or 1 not in next(iter(widths)):
+            raise ValueError("every point of a cost curve must time the same widths, width 1 (target_decode) among them")
+
+    def at(self, committed: int) -> Costs:
+        i = int(np.searchsorted(self.lengths, committed))
+        if i == 0 or i == len(self.lengths):
+            return self.points[min(i, len(self.points) - 1)]
+        (x0, x1), (a, b) = self.lengths[i - 1:i + 1], self.points[i - 1:i + 1]
+        t = (committed - x0) / (x1 - x0)
+
+        def mix(u: float, v: float) -> float:
+            return (1 - t) * u + t * v
+
+        return Costs({w: mix(a.verify[w], b.verify[w]) for w in a.verify}, mix(a.draft, b.draft), mix(a.commit, b.commit))
+
+    def to_json(self) -> dict:
+        return {"points": [{"committed": n, "verify_ms": {str(w): ms for w, ms in c.verify.items()},
+                            "draft_read_ms": c.draft, "commit_ms": c.commit} for n, c in zip(self.lengths, self.points)]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> CostCurve:
+        points = sorted(data["points"], key=lambda p: p["committed"])
+        return cls(tuple(int(p["committed"]) for p in points),
+                   tuple(Costs({int(w): float(ms) for w, ms in p["verify_ms"].items()}, float(p["draft_read_ms"]),
+                               float(p["commit_ms"])) for p in points))
+
+
+def expected_tokens(chain: np.ndarray, widths: tuple[int, ...]) -> np.ndarray:
+    """E[tokens] of a round at each width: 1 + q_1 + ... + q_{w-1}, chain = (q_1, q_2, ...)."""
+    cum = np.concatenate([[1.0], 1.0 + np.cumsum(np.asarray(chain, np.float64))])
+    return cum[[min(w - 1, len(cum) - 1) for w in widths]]
+
+
+def best_width(chain: np.ndarray, costs: Costs, rate: float) -> tuple[int, float]:
+    """The width maximising E[tokens] - rate * ms of the round (the drafter's commit included, draft_read
+    already spent), and that value."""
+    widths = costs.widths
+    value = expected_tokens(chain, widths) - rate * (np.asarray([costs.verify[w] for w in widths]) + costs.commit)
+    i = int(np.argmax(value))
+    return widths[i], float(value[i])
+
+
+class WidthRule:
+    """The rule as a generation runs it: the rate so far, and the drafter's cool-down.
+
+    `pick(chain, costs, read)` once the block is known: the width to verify (read: draft_read ran for it).
+    `drafts()` before: whether this round runs the drafter at all. `made(tokens, ms)` after each round."""
+
+    def __init__(self, start: Costs):
+        self.tokens, self.ms = float(PRIOR_ROUNDS), PRIOR_ROUNDS * start.verify[1]
+        self.cooldown, self.wait = 1, 0
+        self.last_value: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.ms
+
+    def pick(self, chain: np.ndarray, costs: Costs, read: bool = True) -> int:
+        width, value = best_width(chain, costs, self.rate)
+        drafted = value - self.rate * costs.draft * read  # this round's value net of the drafter's call
+        plain = 1.0 - self.rate * (costs.verify[1] + costs.commit / 8)  # a plain step, its commit shared by 8
+        if drafted >= plain:
+            self.cooldown = 1
+        else:  # drafting did not pay this round: rest the drafter, longer each time it still does not pay
+            self.wait = self.cooldown
+            self.cooldown = min(2 * self.cooldown, MAX_COOLDOWN)
+        return width
+
+    def drafts(self) -> bool:
+        if self.wait:
+            self.wait -= 1
+            return False
+        return True
+
+    def made(self, tokens: int, ms: float) -> None:
+        self.tokens += tokens
+        self.ms += ms
