@@ -142,16 +142,20 @@ def target_calls(max_context: int, chunk: int, widths: tuple[int, ...] = (VERIFY
         calls += [("target_verify", pos, VERIFY_ROWS), ("target_decode", pos + 3, 1),
                   ("target_verify", pos + 4, VERIFY_ROWS)]
         pos += 4 + 2  # two of the last block's rows kept
-    for w in widths:  # each narrower verify: its last row left stale
+    late = []
+    for w in widths:  # each narrower verify: its last row left stale (at the end where none fits here)
         if w != VERIFY_ROWS and pos + w <= end:
             calls.append((verify_graph(w), pos, w))
             pos += w - 1
+        elif w != VERIFY_ROWS:
+            late.append(w)
     while pos + chunk <= end:
         calls.append(("target_prefill", pos, chunk))
         pos += chunk
     while pos < end:
         calls.append(("target_verify", pos, min(VERIFY_ROWS, end - pos)))
         pos += min(VERIFY_ROWS, end - pos)
+    calls += [(verify_graph(w), end, w) for w in late]
     return calls + [("target_verify", end, VERIFY_ROWS), ("target_decode", max_context - 1, 1)]
 
 

@@ -98,13 +98,15 @@ def best_width(chain: np.ndarray, costs: Costs, rate: float) -> tuple[int, float
 class WidthRule:
     """The rule as a generation runs it: the rate so far, and the drafter's cool-down.
 
-    `pick(chain, costs, read)` once the block is known: the width to verify (read: draft_read ran for it).
-    `drafts()` before: whether this round runs the drafter at all. `made(tokens, ms)` after each round."""
+    `pick(chain, costs, read)` once the block is known: the width to verify (read: draft_read ran for it; only
+    such rounds judge the drafter). `drafts()` before: whether this round runs the drafter at all.
+    `made(tokens, ms)` after each round. `rest_commit_rows`: how many plain steps of the rest under way share
+    one commit (their rows are folded together, 8 at most)."""
 
     def __init__(self, start: Costs):
         self.tokens, self.ms = float(PRIOR_ROUNDS), PRIOR_ROUNDS * start.verify[1]
         self.cooldown, self.wait = 1, 0
-        self.last_value: float | None = None
+        self.rest_commit_rows = 1
 
     @property
     def rate(self) -> float:
@@ -112,12 +114,15 @@ class WidthRule:
 
     def pick(self, chain: np.ndarray, costs: Costs, read: bool = True) -> int:
         width, value = best_width(chain, costs, self.rate)
-        drafted = value - self.rate * costs.draft * read  # this round's value net of the drafter's call
-        plain = 1.0 - self.rate * (costs.verify[1] + costs.commit / 8)  # a plain step, its commit shared by 8
+        if not read:
+            return width
+        drafted = value - self.rate * costs.draft  # this round's value net of the drafter's call
+        rows = min(self.cooldown, 8)  # a rest of this length folds its rows `rows` at a time
+        plain = 1.0 - self.rate * (costs.verify[1] + costs.commit / rows)
         if drafted >= plain:
             self.cooldown = 1
         else:  # drafting did not pay this round: rest the drafter, longer each time it still does not pay
-            self.wait = self.cooldown
+            self.wait, self.rest_commit_rows = self.cooldown, rows
             self.cooldown = min(2 * self.cooldown, MAX_COOLDOWN)
         return width
 

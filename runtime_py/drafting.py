@@ -1,7 +1,9 @@
 """Every way of proposing a block behind one interface, so the loop never branches on the kind of drafter.
 
 A drafting method proposes up to 7 tokens for positions pos+1.. from the text so far (which ends
-with the anchor, at pos) and is told how many of them the target accepted:
+with the anchor, at pos) and is told how many of them the target accepted. While the width rule rests
+the drafter (`rest`), a method proposes only what needs no draft_read: nothing for the drafter alone
+(the round is a plain step), lookup's block for hybrid.
 
 - `DrafterDrafting`: the exported drafter (`draft_read`); its confidence head's expected accepted
   drafts come with the block where it has one;
@@ -38,7 +40,9 @@ class DrafterDrafting:
     def __init__(self, runtime):
         self.runtime = runtime
 
-    def propose(self, history: np.ndarray, anchor: int, pos: int, stats) -> Proposal:
+    def propose(self, history: np.ndarray, anchor: int, pos: int, stats, rest: bool = False) -> Proposal | None:
+        if rest:
+            return None
         rt = self.runtime
         found = lookup(history[:pos + 1], rt.block) if rt.reads_lookup else None  # a lookup-input drafter's input
         drafts = rt.draft(anchor, pos, stats, found)
@@ -57,7 +61,7 @@ class LookupDrafting:
     def __init__(self, runtime):
         self.block, self.cal = runtime.block, runtime.hybrid
 
-    def propose(self, history: np.ndarray, anchor: int, pos: int, stats) -> Proposal:
+    def propose(self, history: np.ndarray, anchor: int, pos: int, stats, rest: bool = False) -> Proposal:
         block, match = lookup(history[:pos + 1], self.block)
         return Proposal(block, chain=lookup_chain(self.cal, match, self.block))
 
@@ -76,10 +80,10 @@ class HybridDrafting:
         self.made, self.spent = rate * RATE_PRIOR_ROUNDS, float(RATE_PRIOR_ROUNDS)
         self.skipped = False
 
-    def propose(self, history: np.ndarray, anchor: int, pos: int, stats) -> Proposal:
+    def propose(self, history: np.ndarray, anchor: int, pos: int, stats, rest: bool = False) -> Proposal:
         rt = self.runtime
         block, match = lookup(history[:pos + 1], rt.block)
-        self.skipped = skip_drafter(self.cal, match, self.cost, self.made / self.spent)
+        self.skipped = rest or skip_drafter(self.cal, match, self.cost, self.made / self.spent)
         if not self.skipped:
             drafts = rt.draft(anchor, pos, stats, (block, match) if rt.reads_lookup else None)
             conf = rt.confidence()

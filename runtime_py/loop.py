@@ -379,19 +379,20 @@ class Runtime:
         """One speculative round at the anchor (position pos): the accepted drafts and the target's bonus token.
         The policy may rest the drafter (a plain step) or verify fewer drafts than the block has (a narrower
         verify graph); the block's w K/V rows are all written, `commit_round` keeps those of the emitted tokens."""
-        self._rested = not policy.drafts(pos)
+        rest = not policy.drafts(pos)  # the width rule rests the drafter: no draft_read this round
+        proposal = drafting.propose(history, anchor, pos, stats, rest)  # 2. draft d_1..d_7 for pos+1..pos+7
+        self._rested = proposal is None  # nothing to verify without the drafter: a plain step
         if self._rested:
-            proposal, width = None, 1
-            drafts = np.empty(0, np.int64)
+            width, drafts = 1, np.empty(0, np.int64)
         else:
-            proposal = drafting.propose(history, anchor, pos, stats)  # 2. draft d_1..d_7 for pos+1..pos+7
             width = policy.width(proposal.chain, proposal.read, pos)
             drafts = proposal.drafts[:width - 1]
         logits, self._verified = self.run_target(verify_graph(width), [anchor, *drafts.tolist()], pos, stats)
         k, bonus = accept(drafts, logits[:width], sampling, rng)  # 3. verify, 4. accept d_1..d_k and a bonus
         if proposal is not None:
             drafting.accepted(proposal, k)
-        stats.record_round(k, self.block, proposal.expected if proposal is not None else None)
+        # the head's expectation is over the whole block: its calibration record is kept for full-width rounds
+        stats.record_round(k, self.block, proposal.expected if proposal is not None and width == VERIFY_ROWS else None)
         stats.widths[width] += 1
         stats.rested_rounds += self._rested
         policy.made(k + 1, width, proposal is not None and proposal.read, self._rested, pos)

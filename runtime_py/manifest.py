@@ -39,7 +39,9 @@ def verify_graph(width: int) -> str:
 
 def check_widths(widths) -> tuple[int, ...]:
     """Verify widths as an export declares them: distinct, 2..VERIFY_ROWS, the full block among them."""
-    widths = tuple(sorted(set(int(w) for w in widths)))
+    if any(type(w) is not int for w in widths):
+        raise ValueError(f"verify widths must be integers, got {list(widths)}")
+    widths = tuple(sorted(set(widths)))
     if not widths or widths[0] < 2 or widths[-1] != VERIFY_ROWS:
         raise ValueError(f"verify widths must lie in 2..{VERIFY_ROWS} and include {VERIFY_ROWS} (the full block), "
                          f"got {list(widths)}")
@@ -68,7 +70,7 @@ class Contract:
         self.reads_lookup = any(t["name"] == "lookup_tokens" for t in self.graphs["draft_read"]["inputs"])
         self.drafter_graphs = tuple(g for g in DRAFTER_GRAPHS if g in self.graphs)
         self.vocab = self.io("target_decode", "logits")["shape"][-1]
-        self.verify_widths = tuple(manifest["verify_widths"])  # 2..8, 8 among them
+        self.verify_widths = check_widths(manifest["verify_widths"])  # 2..8, 8 among them
         self.target_graphs = (*TARGET_GRAPHS, *(verify_graph(w) for w in self.verify_widths if w != VERIFY_ROWS))
 
     def graph(self, name: str) -> dict:

@@ -45,7 +45,9 @@ def read_costs(folder: Path, backend: str, widths: tuple[int, ...]) -> CostCurve
     if missing:
         raise ValueError(f"{path}: no cost for verify width {missing[0]}; write it again with `hyflash profile "
                          "--write-costs` (the export changed since)")
-    return curve
+    keep = {1, *widths}  # a width the export lacks is never chosen
+    return CostCurve(curve.lengths, tuple(Costs({w: ms for w, ms in p.verify.items() if w in keep}, p.draft, p.commit)
+                                          for p in curve.points))
 
 
 def check_policy(width: str | int, widths: tuple[int, ...]) -> None:
@@ -96,7 +98,8 @@ class RuleWidth:
     def made(self, tokens: int, width: int, read: bool, rested: bool, pos: int) -> None:
         """rested: a plain step while the drafter rests (its commits go 8 rows at a time)."""
         c = self.costs(pos)
-        self.rule.made(tokens, c.verify[width] + c.draft * read + (c.commit / VERIFY_ROWS if rested else c.commit))
+        commit = c.commit / self.rule.rest_commit_rows if rested else c.commit
+        self.rule.made(tokens, c.verify[width] + c.draft * read + commit)
 
 
 def policy_for(width: str | int, runtime, drafting, start: int):

@@ -154,6 +154,13 @@ def _edit_manifest(folder):
     (folder / "manifest.json").write_text(json.dumps(m))
 
 
+def _undeclared_width(folder):
+    from hyflash.runtime_py.manifest import seal
+
+    m = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps(seal({**m, "verify_widths": [2, 4, 6, 8]})))
+
+
 BAD = {
     "no folder": (lambda f, t: t / "nowhere", [1, 2], "not a folder"),
     "model.pte changed": (lambda f, t: _tampered(f, t, lambda c: _flip_byte(c / "model.pte")), [1, 2],
@@ -161,6 +168,7 @@ BAD = {
     "model.pte missing": (lambda f, t: _tampered(f, t, lambda c: (c / "model.pte").unlink()), [1, 2],
                           "missing from the export"),
     "manifest edited": (lambda f, t: _tampered(f, t, _edit_manifest), [1, 2], "manifest_sha256"),
+    "a verify width without its graph": (lambda f, t: _tampered(f, t, _undeclared_width), [1, 2], "target_verify_6"),
     "id outside the vocabulary": (lambda f, t: f, [5, 96], "outside the vocabulary (0..95)"),
     "prompt too long": (lambda f, t: f, list(range(88)), "usable context is 88"),
     "empty prompt": (lambda f, t: f, [], "expects an integer"),

@@ -115,6 +115,10 @@ def test_validation_runs_every_verify_width():
     assert {g for g, _, _ in calls} == {"target_prefill", "target_verify", "target_verify_2", "target_verify_4",
                                         "target_decode"}
     assert all(n == int(g.rsplit("_", 1)[1]) for g, _, n in calls if g.startswith("target_verify_"))
+    for chunk in (80, 88):  # a chunk that leaves no room before the end: the narrow widths run at the end
+        late = target_calls(96, chunk, (2, 4, 8))
+        assert {"target_verify_2", "target_verify_4"} <= {g for g, _, _ in late}
+        assert all(p + n <= 96 for _, p, n in late)
 
 
 def test_manifest_declares_its_widths(both_formats, tmp_path):
