@@ -31,6 +31,7 @@ import platform
 import statistics
 import sys
 import time
+from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class ChatBenchConfig:
     threads: int | None = None
     backend: str = "onnxruntime"
     limit: int | None = None  # the first N conversations only
+    per_category: int | None = None  # the first N conversations of each category only
     peers: tuple[str, ...] = ()
     runner: Path | None = None  # hyflash-run: the .pte exports answered by it too
     widths: tuple = ("full",)  # each drafting mode once per width policy: full, a verify width, rule
@@ -77,7 +79,7 @@ class ChatBenchConfig:
             raise FileNotFoundError(f"{self.runner}: no hyflash-run there; build it with `make runner`")
 
 
-def read_chats(path: Path, limit: int | None = None) -> list[dict]:
+def read_chats(path: Path, limit: int | None = None, per_category: int | None = None) -> list[dict]:
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file; --chat takes a .jsonl of {{\"turns\": [...], \"category\": ...}}")
     rows = []
@@ -88,6 +90,14 @@ def read_chats(path: Path, limit: int | None = None) -> list[dict]:
         rows.append({"turns": turns, "category": str(row.get("category", "all"))})
     if not rows:
         raise ValueError(f"{path}: no conversations")
+    if per_category:
+        seen: Counter = Counter()
+        kept = []
+        for r in rows:
+            seen[r["category"]] += 1
+            if seen[r["category"]] <= per_category:
+                kept.append(r)
+        rows = kept
     return rows[:limit] if limit else rows
 
 
@@ -204,7 +214,7 @@ def machine(threads: int | None) -> dict:
 
 
 def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
-    chats = read_chats(cfg.chat, cfg.limit)
+    chats = read_chats(cfg.chat, cfg.limit, cfg.per_category)
     runtimes, _ = open_exports(cfg.artifacts, cfg.backend, cfg.threads)
     labels = [rt.folder.name for rt in runtimes]
     if len(set(labels)) < len(labels):

@@ -281,3 +281,13 @@ def test_onnxruntime_genai_peer_gives_the_targets_greedy_tokens(tmp_path, monkey
     want = want[:want.index(2) + 1] if 2 in want else want
     got = peer.answer(prompt, 10, (2,))
     assert got.tokens == want and got.decode_s > 0
+
+
+def test_bench_chat_subset_keeps_every_category(tmp_path):
+    from hyflash.runtime_py.chatbench import read_chats
+
+    path = tmp_path / "chat.jsonl"
+    cats = ["a", "a", "a", "b", "c", "c", "b", "b"]
+    path.write_text("".join(json.dumps({"turns": [f"q{i}"], "category": c}) + "\n" for i, c in enumerate(cats)))
+    picked = read_chats(path, per_category=2)
+    assert [r["turns"][0] for r in picked] == ["q0", "q1", "q3", "q4", "q5", "q6"]

@@ -214,3 +214,4 @@ def test_bench_runs_each_drafting_mode_under_each_width_policy(both_formats):
 
     assert modes(Runtime(both_formats), ("full", 2, "rule")) == ["none", "prompt-lookup", "prompt-lookup@2",
                                                                   "prompt-lookup@rule"]
+

@@ -16,8 +16,8 @@ def cmd_bench(args) -> int:
 
     if args.chat is not None:
         return _bench_chat(args)
-    if args.peer or args.limit or args.runner:
-        raise CliError("--peer, --limit and --runner go with --chat")
+    if args.peer or args.limit or args.runner or args.per_category or args.widths != ("full",):
+        raise CliError("--peer, --limit, --per-category, --runner and --widths go with --chat")
     args.max_new_tokens = args.max_new_tokens or 64
     try:
         buckets = tuple(int(x) for x in args.buckets.split(","))
@@ -42,7 +42,8 @@ def _bench_chat(args) -> int:
         raise CliError("--chat measures greedy chat answers; leave out --temperature, --plot and --prompts-from")
     peers = tuple(p for p in (args.peer or "").split(",") if p)
     cfg = ChatBenchConfig(artifacts=tuple(args.artifacts), chat=args.chat, max_new_tokens=args.max_new_tokens or 128,
-                          threads=args.threads, backend=args.backend, limit=args.limit, peers=peers,
+                          threads=args.threads, backend=args.backend, limit=args.limit,
+                          per_category=args.per_category, peers=peers,
                           runner=args.runner, widths=args.widths)
     report = bench_chat(cfg, progress=True)
     if args.out:
@@ -111,6 +112,8 @@ def _bench_parser(sub) -> None:
     p.add_argument("--peer", default=None,
                    help="with --chat: comma-separated peers measured beside hyflash: onnxruntime-genai, optimum-ort")
     p.add_argument("--limit", type=positive(), default=None, help="with --chat: the first N conversations")
+    p.add_argument("--per-category", type=positive(), default=None,
+                   help="with --chat: the first N conversations of each category (a smaller set that keeps every kind)")
     p.add_argument("--out", type=Path, default=None, help="with --chat: write the JSON report here too")
     p.add_argument("--runner", type=Path, default=None,
                    help="with --chat: hyflash-run (e.g. build/runtime_cpp/hyflash-run) answers every .pte export too, "

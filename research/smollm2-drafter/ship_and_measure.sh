@@ -45,5 +45,6 @@ fi
 if has bench; then
   runner=${RUNNER-build/runtime_cpp/hyflash-run}
   $HF bench "$EXPORTS/smol-hf-fp32" "$EXPORTS/smol-hf-int4" --chat data/chat/heldout.jsonl --threads 2 \
-      ${runner:+--runner $runner} --out "$OUT" ${LIMIT:+--limit $LIMIT} ${WIDTHS:+--widths $WIDTHS}
+      ${runner:+--runner $runner} --out "$OUT" ${LIMIT:+--limit $LIMIT} ${PER_CATEGORY:+--per-category $PER_CATEGORY} \
+      ${WIDTHS:+--widths $WIDTHS}
 fi
