@@ -12,6 +12,9 @@ maximising E[tokens] - R * ms makes the most of R: a round earning less than R p
 Whether to run the drafter at all is decided before its confidences exist, so it is judged on the
 rounds just drafted: while their value net of draft_read stays below plain decoding's, the runtime
 decodes without drafting for a cool-down that doubles each time drafting still does not pay.
+Calibration tables come from training text, where a drafter does better than on text it has not seen;
+`ChainCorrection` scales each source's chains by what this generation's verified drafts realised
+against what they promised, so the rule follows the text at hand.
 The rule changes only how many drafts are verified, never which tokens are accepted: output is exact.
 
 numpy only: the runtime applies it every round.
@@ -25,6 +28,7 @@ import numpy as np
 
 MAX_COOLDOWN = 64  # rounds of plain decoding before the drafter is tried again, at most
 PRIOR_ROUNDS = 8  # the starting rate counts as this many rounds of the generation's own
+PRIOR_DRAFTS = 4.0  # a chain correction starts at 1 as if this many expected drafts had all been realised
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +97,26 @@ def best_width(chain: np.ndarray, costs: Costs, rate: float) -> tuple[int, float
     value = expected_tokens(chain, widths) - rate * (np.asarray([costs.verify[w] for w in widths]) + costs.commit)
     i = int(np.argmax(value))
     return widths[i], float(value[i])
+
+
+class ChainCorrection:
+    """One source's chains (the drafter's, or lookup's), scaled by realised / expected accepted drafts over the
+    generation's verified rounds, both counted from a prior of PRIOR_DRAFTS (so it starts at 1)."""
+
+    def __init__(self):
+        self.expected = self.realised = PRIOR_DRAFTS
+
+    @property
+    def scale(self) -> float:
+        return self.realised / self.expected
+
+    def apply(self, chain: np.ndarray) -> np.ndarray:
+        return np.clip(np.asarray(chain, np.float64) * self.scale, 0.0, 1.0)
+
+    def observe(self, chain: np.ndarray, width: int, accepted: int) -> None:
+        """A verified round at `width` of a block with (uncorrected) `chain` accepted `accepted` drafts."""
+        self.expected += float(np.sum(chain[:width - 1]))
+        self.realised += accepted
 
 
 class WidthRule:

@@ -32,6 +32,7 @@ class Proposal:
     expected: float | None = None  # the drafter's expected accepted drafts (its confidence head), if any
     chain: np.ndarray | None = None  # q_k: P(the first k drafts all pass), calibrated, for the width rule
     read: bool = False  # draft_read ran for this block
+    source: str = "drafter"  # whose block: "drafter" | "lookup" (the width rule corrects each one's chains apart)
 
 
 class DrafterDrafting:
@@ -63,7 +64,7 @@ class LookupDrafting:
 
     def propose(self, history: np.ndarray, anchor: int, pos: int, stats, rest: bool = False) -> Proposal:
         block, match = lookup(history[:pos + 1], self.block)
-        return Proposal(block, chain=lookup_chain(self.cal, match, self.block))
+        return Proposal(block, chain=lookup_chain(self.cal, match, self.block), source="lookup")
 
     def accepted(self, proposal: Proposal, k: int) -> None:
         pass
@@ -92,7 +93,7 @@ class HybridDrafting:
                 return Proposal(drafts, expected, drafter_chain(self.cal, conf), read=True)
         stats.lookup_rounds += 1
         stats.skipped_reads += self.skipped
-        return Proposal(block, chain=lookup_chain(self.cal, match, rt.block), read=not self.skipped)
+        return Proposal(block, chain=lookup_chain(self.cal, match, rt.block), read=not self.skipped, source="lookup")
 
     def accepted(self, proposal: Proposal, k: int) -> None:
         self.made += k + 1

@@ -385,7 +385,7 @@ class Runtime:
         if self._rested:
             width, drafts = 1, np.empty(0, np.int64)
         else:
-            width = policy.width(proposal.chain, proposal.read, pos)
+            width = policy.width(proposal, pos)
             drafts = proposal.drafts[:width - 1]
         logits, self._verified = self.run_target(verify_graph(width), [anchor, *drafts.tolist()], pos, stats)
         k, bonus = accept(drafts, logits[:width], sampling, rng)  # 3. verify, 4. accept d_1..d_k and a bonus
@@ -395,7 +395,7 @@ class Runtime:
         stats.record_round(k, self.block, proposal.expected if proposal is not None and width == VERIFY_ROWS else None)
         stats.widths[width] += 1
         stats.rested_rounds += self._rested
-        policy.made(k + 1, width, proposal is not None and proposal.read, self._rested, pos)
+        policy.made(k, width, proposal, pos)
         return [*drafts[:k].tolist(), bonus]
 
     def commit_round(self, drafting, anchor: int, emitted: list[int], new: list[int], pos: int, stats: Stats) -> None:

@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
-from hyflash.models.widths import CostCurve, Costs, WidthRule
+from hyflash.models.widths import ChainCorrection, CostCurve, Costs, WidthRule
 from hyflash.runtime_py.manifest import VERIFY_ROWS
 
 COSTS_FILE = "costs-{backend}.json"  # beside the export: device-specific, so not among its checksummed files
@@ -67,10 +65,10 @@ class FixedWidth:
     def drafts(self, pos: int) -> bool:
         return True
 
-    def width(self, chain, read: bool, pos: int) -> int:
+    def width(self, proposal, pos: int) -> int:
         return self.fixed
 
-    def made(self, tokens: int, width: int, read: bool, rested: bool, pos: int) -> None:
+    def made(self, accepted: int, width: int, proposal, pos: int) -> None:
         pass
 
 
@@ -82,6 +80,7 @@ class RuleWidth:
         does not, and proposes for free."""
         self.curve, self.uses_drafter = curve, uses_drafter
         self.rule = WidthRule(self.costs(start))
+        self.corrections = {"drafter": ChainCorrection(), "lookup": ChainCorrection()}
 
     def costs(self, pos: int) -> Costs:
         c = self.curve.at(pos)
@@ -90,16 +89,21 @@ class RuleWidth:
     def drafts(self, pos: int) -> bool:
         return self.rule.drafts()
 
-    def width(self, chain, read: bool, pos: int) -> int:
-        if chain is None:  # a block that comes with no estimate: verified whole
+    def width(self, proposal, pos: int) -> int:
+        if proposal.chain is None:  # a block that comes with no estimate: verified whole
             return VERIFY_ROWS
-        return self.rule.pick(np.asarray(chain, np.float64), self.costs(pos), read)
+        chain = self.corrections[proposal.source].apply(proposal.chain)
+        return self.rule.pick(chain, self.costs(pos), proposal.read)
 
-    def made(self, tokens: int, width: int, read: bool, rested: bool, pos: int) -> None:
-        """rested: a plain step while the drafter rests (its commits go 8 rows at a time)."""
+    def made(self, accepted: int, width: int, proposal, pos: int) -> None:
+        """proposal None: a plain step while the drafter rests (its commits go several rows at a time)."""
         c = self.costs(pos)
-        commit = c.commit / self.rule.rest_commit_rows if rested else c.commit
-        self.rule.made(tokens, c.verify[width] + c.draft * read + commit)
+        if proposal is None:
+            self.rule.made(1, c.verify[1] + c.commit / self.rule.rest_commit_rows)
+            return
+        if proposal.chain is not None and width > 1:
+            self.corrections[proposal.source].observe(proposal.chain, width, accepted)
+        self.rule.made(accepted + 1, c.verify[width] + c.draft * proposal.read + c.commit)
 
 
 def policy_for(width: str | int, runtime, drafting, start: int):

@@ -81,6 +81,38 @@ def test_the_drafter_rests_while_it_does_not_pay_and_is_tried_again():
     assert rule.drafts() and rule.cooldown == 1  # a round that pays ends the cool-down
 
 
+def test_the_rule_learns_what_an_overconfident_source_delivers():
+    """Chains that promise 2.5x what passes (a drafter calibrated on its own training text), at a dear verify:
+    the correction moves toward the realised share, and with it the rule rests the drafter, which the same
+    rule taking the chains at their word never does."""
+    from hyflash.models.widths import ChainCorrection
+    from hyflash.runtime_py.drafting import Proposal
+    from hyflash.runtime_py.verifying import RuleWidth
+
+    claimed = np.cumprod(np.full(7, 0.8))
+
+    def run(correct: bool):
+        rng = np.random.default_rng(0)
+        policy = RuleWidth(CostCurve((1,), (INT4_LIKE,)), 1, uses_drafter=True)
+        if not correct:
+            policy.corrections["drafter"].observe = lambda *a: None
+        rests = 0
+        for _ in range(400):
+            if not policy.drafts(1):
+                rests += 1
+                policy.made(0, 1, None, 1)
+                continue
+            proposal = Proposal(np.zeros(7, np.int64), 5.0, claimed, read=True)
+            w = policy.width(proposal, 1)
+            policy.made(int(min((rng.random() < 0.4 * claimed).sum(), w - 1)), w, proposal, 1)
+        return policy.corrections["drafter"], rests
+
+    corrected, rests = run(True)
+    trusting, never = run(False)
+    assert corrected.scale < 0.7 and trusting.scale == ChainCorrection().scale == 1.0
+    assert rests > 100 and never == 0
+
+
 def test_cost_curve_interpolates_and_round_trips():
     a, b = Costs({1: 10.0, 8: 20.0}, 2.0, 1.0), Costs({1: 20.0, 8: 40.0}, 4.0, 3.0)
     curve = CostCurve((256, 1024), (a, b))
