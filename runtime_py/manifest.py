@@ -137,6 +137,20 @@ def _mismatch(path: Path, field: str, value, other: str, expected) -> ArtifactEr
                          "describe this export: re-export")
 
 
+def declared_widths(path: Path, m: dict) -> tuple[int, ...]:
+    """The export's verify widths (`check_widths`), listed sorted, each with its graph."""
+    try:
+        widths = check_widths(m["verify_widths"])
+    except (ValueError, TypeError) as e:
+        raise ArtifactError(f"{path}: verify_widths: {e}; re-export") from None
+    if list(widths) != m["verify_widths"]:
+        raise _mismatch(path, "verify_widths", m["verify_widths"], "sorted and distinct", list(widths))
+    for w in widths:
+        if verify_graph(w) not in m["graphs"]:
+            raise ArtifactError(f"{path}: graph {verify_graph(w)!r} (verify width {w}) is missing; re-export")
+    return widths
+
+
 def check_consistency(path: Path, m: dict) -> None:
     """Every size the manifest states agrees with every other, and with the target and drafter configs
     it records: one line naming the field and both values for the first disagreement."""
@@ -182,18 +196,11 @@ def check_consistency(path: Path, m: dict) -> None:
     same("window", m["window"], "drafter.config.window (at max_context)",
          t_max if window == "full" else min(window, t_max) if isinstance(window, int) else window)
     same("prefill_chunk", m["prefill_chunk"], "target_prefill.tokens shape[0]", shape("target_prefill", "tokens")[0])
-    try:
-        widths = check_widths(m["verify_widths"])
-    except (ValueError, TypeError) as e:
-        raise ArtifactError(f"{path}: verify_widths: {e}; re-export") from None
-    same("verify_widths", list(widths), "as listed (sorted, distinct)", m["verify_widths"])
-    for w in widths:
-        if verify_graph(w) not in g:
-            raise ArtifactError(f"{path}: graph {verify_graph(w)!r} (verify width {w}) is missing; re-export")
+    for w in declared_widths(path, m):
         same(f"{verify_graph(w)}.tokens shape[0]", shape(verify_graph(w), "tokens")[0], "its verify width", w)
     same("target_decode.tokens shape[0]", shape("target_decode", "tokens")[0], "the decode width", 1)
     feature = len(m["target"]["taps"]) * target.get("hidden_size", 0)
-    for name in (*TARGET_GRAPHS, *(verify_graph(w) for w in widths if w != VERIFY_ROWS)):
+    for name in (*TARGET_GRAPHS, *(verify_graph(w) for w in m["verify_widths"] if w != VERIFY_ROWS)):
         rows = shape(name, "tokens")[0]
         same(f"{name}.positions shape", shape(name, "positions"), "[tokens]", [rows])
         same(f"{name}.logits shape", shape(name, "logits"), "[tokens, target.config.vocab_size]", [rows, vocab])

@@ -141,7 +141,7 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
             row["optimum_ort_tokens_per_s"] = tps
             row["target_only_over_optimum_ort"] = row["target_only_tokens_per_s"] / tps
             row["optimum_ort_same_tokens"] = theirs == tokens
-        row["verify_over_decode_by_width"] = {w: ms[verify_graph(w)] / ms["target_decode"]
+        row["verify_over_decode_by_width"] = {str(w): ms[verify_graph(w)] / ms["target_decode"]
                                               for w in runtime.contract.verify_widths}
         rows.append(row)
     return {"export": str(folder), "backend": backend, "pte_kernels": runtime.backend.kernels,

@@ -129,9 +129,12 @@ def test_profile_reports_every_graph_at_every_context(both_formats, tmp_path, ca
         assert [r["context"] for r in report["rows"]] == [16, 48]
         for r in report["rows"]:
             ms = r["graph_ms"]
-            assert set(ms) == {"target_decode", "target_verify", "target_prefill", "draft_read", "state_commit",
-                               "window_shift"} and min(ms.values()) > 0
+            assert set(ms) == {"target_decode", "target_verify", "target_verify_2", "target_verify_4", "target_prefill",
+                               "draft_read", "state_commit", "window_shift"} and min(ms.values()) > 0
             assert r["verify_over_decode"] == ms["target_verify"] / ms["target_decode"]
+            assert r["verify_over_decode_by_width"] == {str(w): ms[g] / ms["target_decode"] for w, g in
+                                                        ((2, "target_verify_2"), (4, "target_verify_4"),
+                                                         (8, "target_verify"))}
             for g, rows in (("target_decode", 1), ("target_verify", 8)):  # the rate each ran at
                 assert r["target_gflops"][g] == 2 * target_macs(cfg, rows, r["context"]) / (ms[g] * 1e6)
             assert r["drafter_ms_per_round"] == ms["draft_read"] + ms["state_commit"] + ms["window_shift"]

@@ -108,11 +108,13 @@ def test_validate_both_backends(both_formats):
     assert {r.backend for r in rows} == {"onnxruntime", "executorch"}
     bad = [r for r in rows if not r.ok]
     assert not bad, bad
-    # every output of every graph (8 drafter, 6 target), plus the cache rows the ONNX graphs wrote in place
-    # (the .pte cache lives inside the program: its rows show in the logits of every later call)
+    # every output of every graph (8 drafter, 10 target: prefill, decode and three verify widths), plus the
+    # cache rows the ONNX graphs wrote in place (the .pte cache lives inside the program: its rows show in the
+    # logits of every later call)
     outputs = {(r.graph, r.output) for r in rows}
-    assert len(outputs) == 16 and ("target_verify", "present_key") in outputs
-    assert len(rows) == 16 + 14
+    assert len(outputs) == 20 and ("target_verify", "present_key") in outputs
+    assert {("target_verify_2", "logits"), ("target_verify_4", "features")} <= outputs
+    assert len(rows) == 20 + 18
 
 
 @pytest.mark.parametrize("memory", [pytest.param("gated_deltanet", marks=pytest.mark.slow), "off"])  # suite time

@@ -157,7 +157,8 @@ def test_unsupported_context_via_cli(hf_checkpoint, capsys):
 ])
 def test_inspect_estimates_the_export_before_it_is_made(request, qwen3_dir, fixture, flags, capsys):
     """The sizes `inspect` prices from geometry and options are the files `export` writes with them:
-    ONNX weights within 10%, the .pte within its program overhead (a few hundred KiB at this size)."""
+    ONNX weights within 10%, the .pte within its program overhead: about 100 KiB per method at this size (each
+    method's delegate blobs and plan; the weights are stored once for all of them)."""
     folder = request.getfixturevalue(fixture)
     capsys.readouterr()  # what the export printed, when the fixture was made here
     code, out, _ = run(capsys, "inspect", "--target", str(qwen3_dir), "--max-context", "96", *flags, "--json")
@@ -167,7 +168,8 @@ def test_inspect_estimates_the_export_before_it_is_made(request, qwen3_dir, fixt
     assert abs(est["onnx"]["total"] - weights) <= 0.1 * weights, (est["onnx"], weights)
     if (folder / "model.pte").is_file():
         actual = (folder / "model.pte").stat().st_size
-        assert est["pte"]["total"] <= actual <= est["pte"]["total"] * 1.1 + 400 * 1024, (est["pte"], actual)
+        methods = len(json.loads((folder / "manifest.json").read_text())["graphs"])
+        assert est["pte"]["total"] <= actual <= est["pte"]["total"] * 1.1 + methods * 100 * 1024, (est["pte"], actual)
     code, out, _ = run(capsys, "inspect", "--target", str(qwen3_dir), *flags)
     assert "ONNX  files" in out and ".pte  files" in out
 

@@ -111,14 +111,15 @@ def test_agreement_is_exact_on_fp32_graphs(both_formats, backend):
         for graph, (a, t) in target_agreement(exported, logits[0].argmax(-1).numpy(), tokens, rng).items():
             assert a == t, graph
             rows[graph] = rows.get(graph, 0) + t
-    assert min(rows.values()) > 0 and len(rows) == 3  # prefill, verify and decode all ran
+    assert min(rows.values()) > 0 and len(rows) == 5  # prefill, decode and every verify width all ran
 
 
 def test_agreement_is_measured_and_judged(int8_drafter_int4_target, capsys):
     rows = summarize(validate(int8_drafter_int4_target, min_agreement=0.5))
     agreement = {(r.graph, r.output): r for r in rows if r.kind == "agreement"}
     assert set(agreement) == {("draft_read", "draft_tokens"), ("target_prefill", "argmax(logits)"),
-                              ("target_verify", "argmax(logits)"), ("target_decode", "argmax(logits)")}
+                              ("target_verify", "argmax(logits)"), ("target_verify_2", "argmax(logits)"),
+                              ("target_verify_4", "argmax(logits)"), ("target_decode", "argmax(logits)")}
     assert all(0.5 <= r.max_diff <= 1.0 and r.ok and r.count > 0 for r in agreement.values())
     assert agreement["draft_read", "draft_tokens"].count > 100
     assert main(["validate", str(int8_drafter_int4_target), "--min-agreement", "1.01"]) == 1
