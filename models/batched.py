@@ -28,23 +28,26 @@ class _Batch:
         cfg = model.cfg
         self.model, self.taps = model, taps
         shape = (cfg.num_layers, b, cfg.num_kv_heads, total, cfg.head_dim)
-        self.k = torch.empty(shape, dtype=model.embed.weight.dtype)
+        self.device = model.embed.weight.device
+        self.k = torch.empty(shape, dtype=model.embed.weight.dtype, device=self.device)
         self.v = torch.empty_like(self.k)
-        self.pad, self.temperature = pad.long(), temperature.double()
+        self.pad, self.temperature = pad.long().to(self.device), temperature.double()  # temperature stays on the CPU
         self.padded = bool(self.pad.any())
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only `rows` (indices into the current batch) go on."""
-        self.k, self.v = self.k[:, rows].contiguous(), self.v[:, rows].contiguous()
-        self.pad, self.temperature = self.pad[rows], self.temperature[rows]
+        on = rows.to(self.device)
+        self.k, self.v = self.k[:, on].contiguous(), self.v[:, on].contiguous()
+        self.pad, self.temperature = self.pad[on], self.temperature[rows.cpu()]
 
     def pick(self, logits: torch.Tensor, generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, V) -> (chosen (B,), argmax (B,)): greedy rows take the argmax, sampled rows draw."""
-        best = logits.argmax(-1)
+        """(B, V) -> (chosen (B,), argmax (B,)) on the CPU: greedy rows take the argmax, sampled rows draw
+        (on the CPU, with `generator`, whatever the model's device)."""
+        best = logits.argmax(-1).cpu()
         token = best.clone()
         sampled = self.temperature > 0
         if sampled.any():
-            probs = torch.softmax(logits[sampled].double() / self.temperature[sampled, None], -1)
+            probs = torch.softmax(logits[sampled.to(logits.device)].double().cpu() / self.temperature[sampled, None], -1)
             token[sampled] = torch.multinomial(probs, 1, generator=generator)[:, 0]
         return token, best
 
@@ -52,13 +55,14 @@ class _Batch:
         """x (B, n) tokens at rows start.. -> logits (B, V) of the last row (or (B, n, V)), taps' features
         (B, n, K*H) or None."""
         model = self.model
+        x = x.to(self.device)
         b, n = x.shape
-        rows = torch.arange(start, start + n)
+        rows = torch.arange(start, start + n, device=self.device)
         if self.padded:  # each sequence's own positions; a query sees its row's real tokens up to itself
             pos = (rows[None, :] - self.pad[:, None]).clamp(min=0)  # (B, n)
             cos, sin = model.rotary(pos.flatten())
             cos, sin = cos.view(b, n, -1), sin.view(b, n, -1)
-            keys = torch.arange(start + n)
+            keys = torch.arange(start + n, device=self.device)
             mask = (keys[None, None, :] <= rows[None, :, None]) & (keys[None, None, :] >= self.pad[:, None, None])
             mask = (mask | (keys[None, None, :] == rows[None, :, None]))[:, None]  # (B, 1, n, start + n); a pad
             # row sees itself only, so no row is all masked (its output is never read)
@@ -155,7 +159,7 @@ def answer_batch(model: Target, prompts: list[list[int]], max_new: int, temperat
         answer = Answer(tokens[row])
         if taps:
             n = int(lens[row]) + len(tokens[row])
-            fe = torch.cat(feats[row]).to(torch.float16).numpy()  # (n - 1, K*H)
+            fe = torch.cat(feats[row]).to(torch.float16).cpu().numpy()  # (n - 1, K*H)
             answer.features = np.concatenate([fe, np.zeros((n - len(fe), fe.shape[1]), np.float16)])
             answer.labels = np.full(n, -1, np.int32)
             answer.labels[int(lens[row]) - 1:int(lens[row]) - 1 + len(labels[row])] = labels[row]

@@ -199,8 +199,10 @@ def test_cache_features_rebuilds_the_cache_regeneration_wrote(conversations, tmp
 
 
 def test_a_checkout_without_features_extends_the_run_and_rewrites_nothing(conversations, tmp_path):
-    """The committed shards without their (uncommitted) features: a rerun with a larger --tokens writes only
-    new shards, and the answer-token count adds up; the missing features are cache-features' to rebuild."""
+    """The committed shards without their (uncommitted) features: a rerun with a larger --tokens (here with
+    --no-features, as a GPU run that trains with the target in the loop makes it) writes only new shards, the
+    same as a run with features would, and the answer-token count adds up; the missing features are
+    cache-features' to rebuild."""
     import shutil
 
     from gguf_files import CHATML, bpe_tokenizer
@@ -226,10 +228,11 @@ def test_a_checkout_without_features_extends_the_run_and_rewrites_nothing(conver
     words = ["hello", "world", "quick", "fox", "lazy", "dog", "tiny", "add"]
     rows = [{"turns": [" ".join(rng.choice(words, 5))] + ([" ".join(rng.choice(words, 3))] if i % 3 == 0 else []),
              "category": "a"} for i in range(60)]
-    cfg = ChatRegenConfig(tokens=10**6, max_new=24, seq_len=200, batch=20, greedy_share=0.5)
+    cfg = ChatRegenConfig(tokens=10**6, max_new=24, seq_len=200, batch=20, greedy_share=0.5, features=False)
     summary = regenerate_chats(model, tok, (raw.token_to_id("<|im_end|>"),), rows, cfg, copy,
                                {"target": "tiny", "target_sha256": "x"}, progress=False)
     assert summary["throughput"]["shards"] == 1 and summary["throughput"]["per_shard"][0]["shard"] == 2
+    assert not list((copy / "features").glob("shard-*.npy"))
     assert {p.name: p.read_bytes() for p in copy.glob("shard-*.npz") if p.name in before} == before
     with np.load(copy / "shard-00002.npz") as got, np.load(folder / "shard-00002.npz") as want:
         assert all((got[k] == want[k]).all() for k in want.files)  # a shard is a function of its index

@@ -65,9 +65,11 @@ class ChatRegenConfig:
             raise ValueError("--tokens, --batch and --max-new-tokens must be positive and --seq-len > max-new + 8")
 
     def identity(self) -> dict:
-        """What fixes the shards' contents (not `tokens`: that only says where to stop)."""
+        """What fixes the shards' contents (not `tokens`, which only says where to stop, nor `features`: a
+        folder can be continued without them and its cache finished by `hyflash cache-features`)."""
         d = dataclasses.asdict(self)
         d.pop("tokens")
+        d.pop("features")
         return d
 
 
@@ -144,7 +146,8 @@ def regenerate_chats(model: Target, tokenizer, eos: tuple[int, ...], conversatio
     config = {"format": FORMAT, **source, **cfg.identity(), "taps": list(model.taps), "conversations":
               len(conversations)}
     if (out / "config.json").is_file():
-        old = {k: v for k, v in json.loads((out / "config.json").read_text()).items() if k != "tokens"}
+        old = {k: v for k, v in json.loads((out / "config.json").read_text()).items()
+               if k not in ("tokens", "features")}
         if old != config:
             diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
             raise ValueError(f"{out} was regenerated with other settings ({', '.join(diff)}); "
@@ -154,7 +157,8 @@ def regenerate_chats(model: Target, tokenizer, eos: tuple[int, ...], conversatio
     sums = _read(out / "checksums.json")
     fsums = _read(out / "features" / "checksums.json")
     runs = json.loads((out / "throughput.json").read_text()) if (out / "throughput.json").is_file() else []
-    run = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "threads": torch.get_num_threads(), "shards": 0,
+    run = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "threads": torch.get_num_threads(),
+           "device": str(model.embed.weight.device), "shards": 0,
            "answer_tokens": 0, "seconds": 0.0}
     runs.append(run)
     model.eval()

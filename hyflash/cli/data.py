@@ -62,9 +62,19 @@ def cmd_regenerate(args) -> int:
         torch.set_num_threads(args.threads)
     source = {"target": str(folder), "target_sha256": weights_sha256(folder), "prompts_from": str(args.prompts_from),
               "split": "train", "tokenizer_sha256": tok_sha}
-    summary = regenerate(load_target(folder), prompts, cfg, args.out, source)
+    summary = regenerate(_on_device(load_target(folder), args.device), prompts, cfg, args.out, source)
     print(json.dumps(summary))
     return 0
+
+
+def _on_device(model, requested: str):
+    """The target on --device (auto: CUDA if visible, else MPS, else CPU)."""
+    from hyflash.train.loop import pick_device
+
+    try:
+        return model.to(pick_device(requested))
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 def _is_turns_file(path: Path) -> bool:
@@ -98,7 +108,8 @@ def _regenerate_conversations(args) -> int:
     tokenizer = load_tokenizer(folder)
     source = {"target": folder.name, "target_sha256": weights_sha256(folder),
               "prompts_from": Path(args.prompts_from).name, "prompts_sha256": sha256(args.prompts_from)}
-    summary = regenerate_chats(load_target(folder), tokenizer, tuple(end_of_text_ids(folder, tokenizer)),
+    summary = regenerate_chats(_on_device(load_target(folder), args.device), tokenizer,
+                               tuple(end_of_text_ids(folder, tokenizer)),
                                read_conversations(args.prompts_from), cfg, args.out, source)
     print(json.dumps(summary))
     return 0
@@ -192,6 +203,9 @@ def _regenerate_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=positive(), default=320, help="conversations: tokens per answer at most")
     p.add_argument("--no-features", action="store_true",
                    help="conversations: do not write the taps' features and labels in the same pass")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto",
+                   help="where the target runs (auto: CUDA if visible, else MPS, else CPU); a shard's sampled "
+                        "tokens come from the same seeded CPU generator on any device")
     p.set_defaults(func=cmd_regenerate)
 
 
