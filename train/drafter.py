@@ -126,7 +126,8 @@ class Distill(nn.Module):
             correct = (guess == labels).float().cumprod(-1)  # greedy chain still right at slot k
             hits.append(correct)
             if conf is not None:
-                confs.append(F.binary_cross_entropy(conf.float().clamp(1e-6, 1 - 1e-6), correct))
+                with torch.autocast(conf.device.type, enabled=False):  # BCE is unsafe under autocast
+                    confs.append(F.binary_cross_entropy(conf.float().clamp(1e-6, 1 - 1e-6), correct))
         loss = torch.stack(losses).mean()
         metrics = {"ce": loss.detach(), "tau": 1 + torch.cat(hits).sum(-1).mean()}
         if confs:
