@@ -30,6 +30,7 @@ from hyflash.export.quantize import (
     DRAFTER_EMBEDDING_MODES,
     DRAFTER_MODES,
     EMBEDDING_MODES,
+    TARGET_COMPUTE,
     TARGET_MODES,
     quantize_module,
     quantize_onnx,
@@ -77,6 +78,7 @@ class ExportConfig:
     verify_widths: tuple[int, ...] = VERIFY_WIDTHS  # the verify graphs: anchor + w - 1 drafts, 8 among them
     quantize: str = "none"  # the drafter: none | int8 | int4
     quantize_target: str = "none"  # none | int4 (forms that keep the rows of a block independent)
+    target_compute: str = "fp32"  # fp32 | int8: an ONNX int4 target's arithmetic (int8: steps run 2 rows)
     quantize_embeddings: str = "none"  # none | int8 | int4: both models' vocabulary tables; drafter-int8 |
     # drafter-int4: only the drafter's graphs read quantized copies (ONNX), the target's keep theirs
     dtype: str = "fp32"  # fp32 | fp16: weights, graph I/O and the KV cache
@@ -99,6 +101,14 @@ class ExportConfig:
             raise ValueError(f"--quantize must be one of {', '.join(DRAFTER_MODES)}, got {self.quantize!r}")
         if self.quantize_target not in TARGET_MODES:
             raise ValueError(f"--quantize-target must be one of {', '.join(TARGET_MODES)}, got {self.quantize_target!r}")
+        if self.target_compute not in TARGET_COMPUTE:
+            raise ValueError(f"--target-compute must be fp32 or int8, got {self.target_compute!r}")
+        if self.target_compute == "int8":
+            if self.quantize_target != "int4" or "pte" in self.formats:
+                raise ValueError("--target-compute int8 is for an ONNX int4 target: add --quantize-target int4 "
+                                 "--format onnx (a .pte target is 8da4w already)")
+            # its single-token steps run the two-row verify graph (export.quantize.TARGET_COMPUTE)
+            object.__setattr__(self, "verify_widths", check_widths((*self.verify_widths, 2)))
         modes = (*EMBEDDING_MODES, *DRAFTER_EMBEDDING_MODES)
         if self.quantize_embeddings not in modes:
             raise ValueError(f"--quantize-embeddings must be one of {', '.join(modes)}, got {self.quantize_embeddings!r}")
@@ -235,10 +245,12 @@ def _onnx(cfg: ExportConfig, spec, target: Target, drafter: Drafter, max_context
     would take its head as a MatMul of its own), then the weights."""
     model = spec.model
     mode = cfg.mode(model)
+    accuracy = TARGET_COMPUTE[cfg.target_compute] if model == "target" else None
     return export_onnx_graph(
         spec, target, drafter, max_context, weights,
-        lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.embeddings(model), tables, model), mode, model,
-                                vocab_weight=vocab_weight if cfg.embeddings(model) == "none" else None))
+        lambda p: quantize_onnx(quantize_vocab_onnx(p, cfg.embeddings(model), tables, model, accuracy), mode, model,
+                                vocab_weight=vocab_weight if cfg.embeddings(model) == "none" else None,
+                                accuracy=accuracy))
 
 
 def _pte(cfg: ExportConfig, specs: list, target: Target, drafter: Drafter, max_context: int, path: Path) -> None:
@@ -330,19 +342,20 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "graphs": graphs,
         "files": files,
         "target": {**target_record(target_dir), "config": json.loads((target_dir / "config.json").read_text()),
-                   "taps": list(target.taps)},
+                   "taps": list(target.taps), "step_rows": 2 if cfg.target_compute == "int8" else 1},
         "drafter": {"name": "random" if cfg.drafter == "random" else d.name, "source": str(cfg.drafter),
                     "config": d.to_dict(), **_hybrid(cfg.drafter)},
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
         "prefill_chunk": cfg.prefill_chunk, "verify_widths": list(cfg.verify_widths), "dtype": cfg.dtype,
         "cache": cache_spec(target, max_context, FLOAT_DTYPES[cfg.dtype]),
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
-                         "embeddings": cfg.quantize_embeddings,
+                         "target_compute": cfg.target_compute, "embeddings": cfg.quantize_embeddings,
                          "pte_kernels": list(QUANTIZED_EMBEDDING_KERNELS[cfg.embeddings("target")]),
                          "onnx": {"int8": "dynamic int8 (MatMulInteger)",
                                   "int4": "MatMulNBits, int4 weights in groups of 32, asymmetric; the drafter's "
                                           "accuracy_level 4 (int8 activations per row and block), the target's 0 "
-                                          "(fp32 compute); vocabulary projection fp32",
+                                          "(fp32 compute) or with target_compute int8 4; vocabulary projection fp32",
+
                                   "none": "fp32",
                                   "embeddings": "GatherBlockQuantized / MatMulNBits (accuracy_level as int4), group 32, "
                                                 "symmetric"},

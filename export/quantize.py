@@ -5,8 +5,9 @@
 - drafter `int4`: ONNX MatMulNBits (int4 weights group-wise, asymmetric; int8 compute with each row's
   activations quantized per block, accuracy_level 4); `.pte` 8da4w.
 - target `int4`: ONNX MatMulNBits with fp32 compute (accuracy_level 0: verifying 8 rows must give each
-  row what decoding it alone would, to fp32's rounding, and int8 compute does not: ACCURACY; a target's
-  quantized vocabulary tables compute in fp32 too); `.pte` 8da4w (per-token activation quantization,
+  row what decoding it alone would, to fp32's rounding: ACCURACY; a target's quantized vocabulary tables
+  compute in fp32 too), or with `--target-compute int8` int8 compute (accuracy_level 4) and single-token
+  steps through the two-row verify graph (TARGET_COMPUTE); `.pte` 8da4w (per-token activation quantization,
   which turns any rounding difference between a verify row and its decode step into a quantization step:
   the `.pte` verify block attends row by row so that there is none, export.graphs.TargetPte).
   Dynamic int8 has per-tensor activation scales that couple rows: never used for the target.
@@ -48,13 +49,21 @@ GROUP = 32  # int4 group size (weights are quantized in groups of 32 input chann
 # speculative output parted from target-only's on held-out prompts. The drafter's numbers never reach the output.
 # (The target's int8 compute had made its verify 118 -> 56 ms at Qwen3-0.6B's geometry: the price of exactness.)
 ACCURACY = {"target": 0, "drafter": 4}
+# `--target-compute` -> the int4 target's accuracy_level. int8 is exact only with the step graph it needs: with
+# block 32, MatMulNBits at accuracy 4 gives a row the same bits whatever the rows beside it (1 to 64,
+# research/int8-verify/matmulnbits_rows.py), and GroupQueryAttention does for 2 rows or more but rounds a lone
+# row differently (gqa_rows.py), which int8 activations turn into logit gaps up to 1.3 and 7 of 336 argmaxes
+# moved on SmolLM2-135M. A single-token step therefore runs the two-row verify graph (its second row a
+# padding the loop never reads; the manifest's target.step_rows): then every verify row equals that step bit for
+# bit (336 of 336; research/int8-verify/verify_rows.py). Other CPUs' kernels may differ: validate checks it.
+TARGET_COMPUTE = {"fp32": 0, "int8": 4}
 
 
-def quantize_onnx(proto, mode: str, model: str, vocab_weight=None):
+def quantize_onnx(proto, mode: str, model: str, vocab_weight=None, accuracy: int | None = None):
     """An onnx.ModelProto of `model` ("target" | "drafter") -> its quantized form. Its tensors may be external
     data relative to the current directory (lower.export_onnx_graph); int4 reads them one at a time, int8
     (drafters) loads them. vocab_weight: the vocabulary projection's (hidden, vocab) weight as numpy, which
-    int4 leaves fp32."""
+    int4 leaves fp32. accuracy: MatMulNBits' accuracy_level (default ACCURACY[model])."""
     import onnx
 
     if mode == "none":
@@ -64,7 +73,8 @@ def quantize_onnx(proto, mode: str, model: str, vocab_weight=None):
 
         vocab = vocab_projections(proto, vocab_weight) if vocab_weight is not None else []
         quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=GROUP, is_symmetric=False,
-                                         accuracy_level=ACCURACY[model], nodes_to_exclude=vocab + rotations(proto))
+                                         accuracy_level=ACCURACY[model] if accuracy is None else accuracy,
+                                         nodes_to_exclude=vocab + rotations(proto))
         quantizer.process()
         return quantizer.model.model
     if mode == "int8":
@@ -194,8 +204,9 @@ DRAFTER_EMBEDDING_MODES = ("drafter-int8", "drafter-int4")  # the drafter's grap
 BITS = {"int8": 8, "int4": 4}
 
 
-def quantize_vocab_onnx(proto, mode: str, tables: list, model: str):
-    """A graph's vocabulary tables -> `mode` bits, group 32, symmetric (`model`'s accuracy_level: ACCURACY).
+def quantize_vocab_onnx(proto, mode: str, tables: list, model: str, accuracy: int | None = None):
+    """A graph's vocabulary tables -> `mode` bits, group 32, symmetric (accuracy_level `accuracy`, default
+    `model`'s: ACCURACY).
     `tables`: the models' (V, D) tables as numpy (vocabulary_tables), found in the graph by value: a
     MatMul whose constant weight is a table's transpose becomes MatMulNBits (onnxruntime's quantizer), a
     Gather on a table becomes
@@ -213,7 +224,8 @@ def quantize_vocab_onnx(proto, mode: str, tables: list, model: str):
     if names:
         others = [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.name not in names]
         quantizer = MatMulNBitsQuantizer(proto, bits=bits, block_size=GROUP, is_symmetric=True,
-                                         accuracy_level=ACCURACY[model], nodes_to_exclude=others)
+                                         accuracy_level=ACCURACY[model] if accuracy is None else accuracy,
+                                         nodes_to_exclude=others)
         quantizer.process()
         proto = quantizer.model.model
     tabs = constants_equal_to(proto, tables)

@@ -16,6 +16,9 @@ run through the graphs the way the runtime runs them (closed loop: the graphs ca
 cache, window and state, so drift counts). Random features, fine for parity, give near-tied
 logits whose argmax any rounding flips: agreement there says nothing about the drafts a user gets.
 
+An export whose single-token steps run a several-row graph (an int8-compute target) is exact only where
+each verify row is bit for bit the step at its position: that is checked too, on this machine's kernels.
+
 A quantized export is also run across runtimes (greedy, speculative and target-only): the Python runtime's
 ExecuTorch programs against `hyflash-run`, which run the same kernels and must agree on every token, and
 onnxruntime against ExecuTorch, reported only (their int4 arithmetic differs by design).
@@ -259,7 +262,7 @@ def target_agreement(rt: Runtime, expected: np.ndarray, tokens: list[int],
         pos += n
     while pos + VERIFY_ROWS <= len(tokens):
         if rng.random() < 0.25:
-            run("target_decode", pos, 1)
+            run(rt.contract.step_graph, pos, 1)
             rt.cache.commit(pos, 1)
             pos += 1
         else:
@@ -269,6 +272,36 @@ def target_agreement(rt: Runtime, expected: np.ndarray, tokens: list[int],
             rt.cache.commit(pos, step)
             pos += step
     return counts
+
+
+def step_rows_agree(rt: Runtime, tokens: list[int], places: int = 6) -> list[Check]:
+    """An export whose single-token steps run a several-row graph (`target.step_rows`: an int8-compute target)
+    is exact only if every verify row is, bit for bit, the step at its position: measured here, on this
+    machine's kernels. Per verify width: `places` blocks after a prefilled quarter of `tokens`, each block's
+    rows against the steps that then decode the same tokens one at a time."""
+    checks = []
+    for w in rt.contract.verify_widths:
+        rt.cache.reset()
+        pos, prompt = 0, len(tokens) // 4
+        while pos < prompt:
+            n = min(rt.chunk, prompt - pos)
+            rt.run_target("target_prefill", tokens[pos:pos + n], pos)
+            rt.cache.commit(pos, n)
+            pos += n
+        worst, rows = 0.0, 0
+        for _ in range(places):
+            if pos + w + 1 > len(tokens):
+                break
+            block = rt.run_target(verify_graph(w), tokens[pos:pos + w], pos)[0][:w].copy()
+            for i in range(w):
+                step = rt.run_target(rt.contract.step_graph, tokens[pos + i:pos + i + 1], pos + i)[0][0]
+                rt.cache.commit(pos + i, 1)
+                worst = max(worst, float(np.abs(block[i] - step).max()))
+                rows += 1
+            pos += w
+        checks.append(Check(verify_graph(w), f"logits rows = {rt.contract.step_graph} steps", rt.backend.name,
+                            worst, 0.0, worst == 0.0, "parity", rows))
+    return checks
 
 
 def quantized_agreement(rt: Runtime, eager: Runtime, quant: dict, texts, seed: int,
@@ -341,6 +374,8 @@ def validate(folder: str | Path, target_override: str | None = None, atol: float
         checks.extend(cmp.checks)
         if texts:
             checks.extend(quantized_agreement(rt, eager, quant, texts, seed, min_agreement))
+            if rt.contract.step_rows != 1:
+                checks.extend(step_rows_agree(rt, texts[0][0]))
     if texts:
         checks.extend(cross_runtime_agreement(folder, kinds, [tokens for tokens, _, _ in texts]))
     return checks

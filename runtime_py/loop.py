@@ -20,7 +20,7 @@ import numpy as np
 
 from hyflash.runtime_py.backends import Call, open_backend
 from hyflash.runtime_py.drafting import drafting_for
-from hyflash.runtime_py.manifest import VERIFY_ROWS, Contract, load_manifest, verify_graph
+from hyflash.runtime_py.manifest import VERIFY_ROWS, Contract, load_manifest
 from hyflash.runtime_py.sampling import Sampling, accept, choose
 from hyflash.runtime_py.state import DrafterContext, TargetCache
 from hyflash.runtime_py.verifying import POLICIES, check_policy, policy_for, read_costs
@@ -358,8 +358,8 @@ class Runtime:
                     yield new
                 if stats.stop_reason:
                     break
-                if drafting is None:  # target-only: one row at a time through target_decode
-                    logits, _ = self.run_target("target_decode", [anchor], pos, stats)
+                if drafting is None:  # target-only: one row at a time through the step graph (target_decode)
+                    logits, _ = self.run_target(self.contract.step_graph, [anchor], pos, stats)
                     self.commit_rows([anchor], pos)
                     emitted = [choose(logits[0], cfg.sampling, rng)]
                 else:
@@ -387,7 +387,8 @@ class Runtime:
         else:
             width = policy.width(proposal, pos)
             drafts = proposal.drafts[:width - 1]
-        logits, self._verified = self.run_target(verify_graph(width), [anchor, *drafts.tolist()], pos, stats)
+        logits, self._verified = self.run_target(self.contract.rows_graph(width), [anchor, *drafts.tolist()], pos,
+                                                 stats)
         k, bonus = accept(drafts, logits[:width], sampling, rng)  # 3. verify, 4. accept d_1..d_k and a bonus
         if proposal is not None:
             drafting.accepted(proposal, k)

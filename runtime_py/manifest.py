@@ -72,6 +72,15 @@ class Contract:
         self.vocab = self.io("target_decode", "logits")["shape"][-1]
         self.verify_widths = check_widths(manifest["verify_widths"])  # 2..8, 8 among them
         self.target_graphs = (*TARGET_GRAPHS, *(verify_graph(w) for w in self.verify_widths if w != VERIFY_ROWS))
+        # rows a single-token step runs: 1 (target_decode), or 2 where only the several-row kernels give a row
+        # the bits a verify gives it (an int8-compute target: export.quantize.TARGET_COMPUTE)
+        self.step_rows = int(manifest["target"].get("step_rows", 1))
+        self.step_graph = verify_graph(self.step_rows)
+
+    def rows_graph(self, width: int) -> str:
+        """The target graph that runs `width` real rows (an anchor and width - 1 drafts): the verify graph of
+        that width; a single token, the step graph (its extra row a padding nobody reads)."""
+        return self.step_graph if width == 1 else verify_graph(width)
 
     def graph(self, name: str) -> dict:
         return self.graphs[name]
@@ -148,6 +157,9 @@ def declared_widths(path: Path, m: dict) -> tuple[int, ...]:
     for w in widths:
         if verify_graph(w) not in m["graphs"]:
             raise ArtifactError(f"{path}: graph {verify_graph(w)!r} (verify width {w}) is missing; re-export")
+    step = m["target"].get("step_rows", 1)
+    if step != 1 and step not in widths:
+        raise ArtifactError(f"{path}: target.step_rows is {step} but no verify graph has {step} rows; re-export")
     return widths
 
 

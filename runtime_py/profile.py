@@ -5,7 +5,9 @@ prefill tokens/s), then each graph is called repeatedly at position c (a warm-up
 back-to-back calls) and the median taken:
 `target_decode` (1 row), every verify width (`target_verify` 8 rows, `target_verify_{w}` w rows),
 `target_prefill` (one chunk), and the drafter's three graphs (`draft_read`, `state_commit` and
-`window_shift` with a full commit). `cost_curve` turns a report into the width rule's costs
+`window_shift` with a full commit). A single-token step's cost, the width rule's width 1 and the
+denominator of verify/decode, is the export's step graph's (`target_decode`, or the two-row verify graph of
+an int8-compute target, `Contract.step_graph`). `cost_curve` turns a report into the width rule's costs
 (`costs.json`, which `hyflash profile --write-costs` writes beside the export).
 Calls at one position overwrite the same cache rows, which is what a rejected round does.
 Then target-only decoding (tokens/s) from the same prompt, beside optimum-ort's where installed.
@@ -130,7 +132,8 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
         row = {"context": c, **prefill_time(runtime, prompt)}
         ms = graph_times(runtime, c, repeats)
         row["graph_ms"] = ms
-        row["verify_over_decode"] = ms["target_verify"] / ms["target_decode"]
+        step = row["step_graph"] = runtime.contract.step_graph  # what a single-token step runs (target_decode)
+        row["verify_over_decode"] = ms["target_verify"] / ms[step]
         row["target_gflops"] = target_gflops(cfg, c, ms)
         row["drafter_ms_per_round"] = sum(ms[g] for g in DRAFTER_GRAPHS if g in ms)
         # hybrid drafting's --draft-cost for this export: draft_read against the rest of a round
@@ -141,7 +144,7 @@ def profile(folder: Path, backend: str = "onnxruntime", contexts: tuple[int, ...
             row["optimum_ort_tokens_per_s"] = tps
             row["target_only_over_optimum_ort"] = row["target_only_tokens_per_s"] / tps
             row["optimum_ort_same_tokens"] = theirs == tokens
-        row["verify_over_decode_by_width"] = {str(w): ms[verify_graph(w)] / ms["target_decode"]
+        row["verify_over_decode_by_width"] = {str(w): ms[verify_graph(w)] / ms[step]
                                               for w in runtime.contract.verify_widths}
         rows.append(row)
     return {"export": str(folder), "backend": backend, "pte_kernels": runtime.backend.kernels,
@@ -156,7 +159,8 @@ def cost_curve(report: dict) -> CostCurve:
     points = []
     for r in report["rows"]:
         ms = r["graph_ms"]
-        widths = {1: ms["target_decode"], **{int(w): ms[verify_graph(int(w))] for w in r["verify_over_decode_by_width"]}}
+        widths = {1: ms[r.get("step_graph", "target_decode")],
+                  **{int(w): ms[verify_graph(int(w))] for w in r["verify_over_decode_by_width"]}}
         points.append(Costs(widths, ms["draft_read"], ms.get("state_commit", 0.0) + ms["window_shift"]))
     return CostCurve(tuple(r["context"] for r in report["rows"]), tuple(points))
 

@@ -323,3 +323,35 @@ def test_drafter_only_tables_leave_the_target_exact(qwen3_dir, both_formats, tmp
     assert main(args) == 2 and not (tmp_path / "pte").exists()
     err = capsys.readouterr().err
     assert "drafter-int4 is ONNX only" in err and err.count("\n") == 1
+
+
+def test_int8_compute_target_steps_through_two_rows_and_stays_exact(qwen3_dir, tmp_path, capsys):
+    """--target-compute int8: the target's MatMulNBits compute in int8 (accuracy_level 4), single-token steps run
+    the two-row verify graph (added to the widths asked for), validate finds every verify row bit-equal to the
+    step at its position, and greedy speculative output is target-only's token for token at every width."""
+    from test_runtime import generate
+
+    out = tmp_path / "int8-compute"
+    args = ["export", "--target", str(qwen3_dir), "--drafter", "random", "--out", str(out), "--format", "onnx",
+            "--max-context", str(CONTEXT), "--prefill-chunk", str(CHUNK), "--window", "24",
+            "--quantize-target", "int4", "--target-compute", "int8", "--verify-widths", "4,8"]
+    assert main(args) == 0
+    manifest = load_manifest(out)
+    assert manifest["target"]["step_rows"] == 2 and manifest["verify_widths"] == [2, 4, 8]
+    assert manifest["quantization"]["target_compute"] == "int8"
+    assert {lv for g in ("target_prefill", "target_verify", "target_verify_2") for lv in _levels(out, g)} == {4}
+    rows = [c for c in validate(out, backends=("onnxruntime",)) if c.output.startswith("logits rows")]
+    assert [c.graph for c in rows] == ["target_verify_2", "target_verify_4", "target_verify"]
+    assert all(c.ok and c.count > 0 for c in rows), rows
+    runtime = Runtime(out)
+    prompt = np.random.default_rng(5).integers(3, 96, 23).tolist()
+    kw = dict(max_new_tokens=40, ignore_eos=True)
+    plain, stats = generate(runtime, prompt, draft="none", **kw)
+    assert stats.graph_calls["target_verify_2"] >= 39 and "target_decode" not in stats.graph_calls
+    for draft in ("model", "prompt-lookup"):
+        for width in (2, 4, 8):
+            assert generate(runtime, prompt, draft=draft, width=width, **kw)[0] == plain, (draft, width)
+    capsys.readouterr()
+    assert main([*args[:-6], "--target-compute", "int8", "--force"]) == 2  # no int4 target: refused, one line
+    err = capsys.readouterr().err.strip()
+    assert "--target-compute int8" in err and "--quantize-target int4" in err and len(err.splitlines()) == 1

@@ -17,8 +17,8 @@ def cmd_export(args) -> int:
     cfg = ExportConfig(target=args.target, drafter=args.drafter, out=args.out, formats=formats, window=args.window,
                        max_context=args.max_context, prefill_chunk=args.prefill_chunk,
                        verify_widths=args.verify_widths, quantize=args.quantize,
-                       quantize_target=args.quantize_target, quantize_embeddings=args.quantize_embeddings,
-                       dtype=args.dtype, seed=args.seed, force=args.force)
+                       quantize_target=args.quantize_target, target_compute=args.target_compute,
+                       quantize_embeddings=args.quantize_embeddings, dtype=args.dtype, seed=args.seed, force=args.force)
     manifest = export(cfg, progress=True)
     summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
                "max_context": manifest["max_context"], "window": manifest["window"],
@@ -69,6 +69,10 @@ def _export_parser(sub) -> None:
                         "picks one each round (default: %(default)s)")
     p.add_argument("--quantize", choices=["none", "int8", "int4"], default="none", help="the drafter")
     p.add_argument("--quantize-target", choices=["none", "int4"], default="none")
+    p.add_argument("--target-compute", choices=["fp32", "int8"], default="fp32",
+                   help="an ONNX int4 target's arithmetic: fp32 (default), or int8 (faster, several rows above "
+                        "all), exact because single-token steps then run the two-row verify graph too (validate "
+                        "checks it on this machine)")
     p.add_argument("--quantize-embeddings", choices=["none", "int8", "int4", "drafter-int8", "drafter-int4"],
                    default="none", help="both models' vocabulary tables: embedding, LM head, Markov head; "
                    "drafter-int8|drafter-int4: only the drafter's graphs read quantized copies, the target's graphs "

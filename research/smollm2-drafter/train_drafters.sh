@@ -7,6 +7,7 @@
 # Held-out tau is in each run's log.jsonl. Only HyFlash's weights ship.
 # A second stage continues from shipped weights with a fresh schedule: INIT_FROM=smollm2-135m-instruct
 # RUN=runs/smollm2-hyflash-2 STEPS=1000 LR=4e-4 WARMUP=50 (the run in docs/results-smollm2.md).
+# NO_CACHE=1 runs the target on each batch instead (shards written with --no-features have no cache).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -19,7 +20,8 @@ init=${INIT_FROM:+--init-from $INIT_FROM}
 arch=(--draft-vocab "$VOCAB")
 common=(--target smollm2-135m-instruct --data "$DATA" --steps "$STEPS" --batch 4
         --anchors 48 --lr "${LR:-1e-3}" --warmup "${WARMUP:-100}" --eval-every 100 --eval-rows 16
-        --checkpoint-every 50 --threads "${THREADS:-2}" --device cpu $stop $init)
+        --checkpoint-every 50 --threads "${THREADS:-2}" --device "${DEVICE:-cpu}" $stop $init
+        ${NO_CACHE:+--no-feature-cache})
 for name in $WHICH; do
   case $name in
     hyflash) if [ -n "${INIT_FROM:-}" ]; then  # the architecture comes with the weights
