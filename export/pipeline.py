@@ -355,7 +355,6 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
                                   "int4": "MatMulNBits, int4 weights in groups of 32, asymmetric; the drafter's "
                                           "accuracy_level 4 (int8 activations per row and block), the target's 0 "
                                           "(fp32 compute) or with target_compute int8 4; vocabulary projection fp32",
-
                                   "none": "fp32",
                                   "embeddings": "GatherBlockQuantized / MatMulNBits (accuracy_level as int4), group 32, "
                                                 "symmetric"},
