@@ -56,7 +56,11 @@ ACCURACY = {"target": 0, "drafter": 4}
 # moved on SmolLM2-135M. A single-token step therefore runs the two-row verify graph (its second row a
 # padding the loop never reads; the manifest's target.step_rows): then every verify row equals that step bit for
 # bit (336 of 336; research/int8-verify/verify_rows.py). Other CPUs' kernels may differ: validate checks it.
-TARGET_COMPUTE = {"fp32": 0, "int8": 4}
+TARGET_COMPUTE = {"fp32": ACCURACY["target"], "int8": 4}
+
+
+def _accuracy(model: str, accuracy: int | None) -> int:
+    return ACCURACY[model] if accuracy is None else accuracy
 
 
 def quantize_onnx(proto, mode: str, model: str, vocab_weight=None, accuracy: int | None = None):
@@ -73,7 +77,7 @@ def quantize_onnx(proto, mode: str, model: str, vocab_weight=None, accuracy: int
 
         vocab = vocab_projections(proto, vocab_weight) if vocab_weight is not None else []
         quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=GROUP, is_symmetric=False,
-                                         accuracy_level=ACCURACY[model] if accuracy is None else accuracy,
+                                         accuracy_level=_accuracy(model, accuracy),
                                          nodes_to_exclude=vocab + rotations(proto))
         quantizer.process()
         return quantizer.model.model
@@ -224,8 +228,7 @@ def quantize_vocab_onnx(proto, mode: str, tables: list, model: str, accuracy: in
     if names:
         others = [n.name for n in proto.graph.node if n.op_type == "MatMul" and n.name not in names]
         quantizer = MatMulNBitsQuantizer(proto, bits=bits, block_size=GROUP, is_symmetric=True,
-                                         accuracy_level=ACCURACY[model] if accuracy is None else accuracy,
-                                         nodes_to_exclude=others)
+                                         accuracy_level=_accuracy(model, accuracy), nodes_to_exclude=others)
         quantizer.process()
         proto = quantizer.model.model
     tabs = constants_equal_to(proto, tables)

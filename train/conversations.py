@@ -43,6 +43,7 @@ from hyflash.models.files import sha256, write_json_atomic
 from hyflash.models.target import Target
 
 FORMAT = "hyflash-chat-regenerated-1"
+NOT_IDENTITY = ("tokens", "features")  # settings a folder can be continued with changed (ChatRegenConfig.identity)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,10 +68,7 @@ class ChatRegenConfig:
     def identity(self) -> dict:
         """What fixes the shards' contents (not `tokens`, which only says where to stop, nor `features`: a
         folder can be continued without them and its cache finished by `hyflash cache-features`)."""
-        d = dataclasses.asdict(self)
-        d.pop("tokens")
-        d.pop("features")
-        return d
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in NOT_IDENTITY}
 
 
 def answer_shard(model: Target, tokenizer, eos: tuple[int, ...], rows: list[dict], cfg: ChatRegenConfig,
@@ -146,8 +144,7 @@ def regenerate_chats(model: Target, tokenizer, eos: tuple[int, ...], conversatio
     config = {"format": FORMAT, **source, **cfg.identity(), "taps": list(model.taps), "conversations":
               len(conversations)}
     if (out / "config.json").is_file():
-        old = {k: v for k, v in json.loads((out / "config.json").read_text()).items()
-               if k not in ("tokens", "features")}
+        old = {k: v for k, v in json.loads((out / "config.json").read_text()).items() if k not in NOT_IDENTITY}
         if old != config:
             diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
             raise ValueError(f"{out} was regenerated with other settings ({', '.join(diff)}); "
