@@ -12,7 +12,7 @@ traced here from the same drafter, the same way (torch.onnx dynamo, fp32, opset 
 and run for ROUNDS rounds of random accepted rows (1-8 valid) through onnxruntime with THREADS threads and
 the runtime's session options (a pool left spinning after its call steals the next session's cores), numpy
 buffers passed between calls as a runtime passes them. The outputs of every layout are compared with
-the three-call layout's (draft tokens equal, floats within the export's tolerance), then each layout is
+the three-call layout's (draft tokens equal or not, the largest logit and confidence gaps), then each layout is
 timed in interleaved repeats (median ms a round).
 
   .venv/bin/python research/fused-calls/fused_round.py --drafter smollm2-135m-instruct \
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hyflash.export.graphs import graph_specs
+from hyflash.export.graphs import DrafterGraph, graph_specs
 from hyflash.export.pipeline import load_models
 from hyflash.models.loading import resolve
 from hyflash.runtime_py.backends import ort_session_options
@@ -64,17 +64,6 @@ class Round(nn.Module):
         wk, wv, wp = self.d.window_shift(features, positions, n_valid, win_k, win_v, win_pos)
         tokens, logits, conf = self.d.draft_read(anchor_token, anchor_pos, wk, wv, wp, ssm)
         return ssm, conv, wk, wv, wp, tokens, logits, conf
-
-
-class Named(nn.Module):
-    """One of the drafter's own graphs by name, inputs in the given order."""
-
-    def __init__(self, drafter, name, inputs):
-        super().__init__()
-        self.d, self.name, self.inputs = drafter, name, inputs
-
-    def forward(self, *xs):
-        return tuple(o for o in getattr(self.d, self.name)(**dict(zip(self.inputs, xs))) if o is not None)
 
 
 def to_onnx(module, example: dict, outputs: list[str], path: Path) -> Path:
@@ -113,11 +102,10 @@ def main() -> None:
 
     example = {n: zeros(n) for n in shapes}
     example["win_pos"][:] = -1
-    layouts = {}
     with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for g in names:
-            to_onnx(Named(drafter, g, names[g]), {n: example[n] for n in names[g]}, outs[g], tmp / f"{g}.onnx")
+            to_onnx(DrafterGraph(drafter, specs[g]), {n: example[n] for n in names[g]}, outs[g], tmp / f"{g}.onnx")
         upd_in = ["features", "positions", "n_valid", "ssm_state", "conv_state", "win_k", "win_v", "win_pos"]
         upd_out = ["ssm_state_out", "conv_state_out", "win_k_out", "win_v_out", "win_pos_out"]
         to_onnx(Updates(drafter), {n: example[n] for n in upd_in}, upd_out, tmp / "commit_shift.onnx")
