@@ -164,7 +164,8 @@ class Answers:
                   if not g.startswith("prefill/")]
         return cls(category, [r["tokens"] for r in runs], [r["prefill_s"] for r in runs], [r["decode_s"] for r in runs],
                    rounds=sum(r["rounds"] for r in runs), drafter_ms=sum(ms for g, ms in decode if g in DRAFTER_GRAPHS),
-                   graph_ms=sum(ms for _, ms in decode), capped=sum(r["stop_reason"] == "max_new_tokens" for r in runs))
+                   graph_ms=sum(ms for _, ms in decode), capped=sum(r["stop_reason"] == "max_new_tokens" for r in runs),
+                   widths={int(w): sum(r["widths"].get(w, 0) for r in runs) for w in {w for r in runs for w in r["widths"]}})
 
     @classmethod
     def of_peer(cls, category: str, runs: list[PeerRun], max_new: int) -> "Answers":
@@ -254,10 +255,11 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
             reference = got[_peer_reference(peer.label, labels, runtimes)][-1]
             answers.same = sum(a == b for a, b in zip(answers.tokens, reference.tokens))
             got[peer.label].append(answers)
-        for label, i, mode in native:  # target-only first: the reference of the drafted run
+        for label, i, mode in native:  # target-only first: the reference of the drafted runs
+            width = mode.partition("@")[2] or "full"
             answers = Answers.of_native(chat["category"], [
-                run_native(runtimes[i].folder, p, cfg.max_new_tokens, draft=mode == "model", threads=cfg.threads,
-                           runner=cfg.runner, kernels=chosen()) for p in prompts_by_export[i]])
+                run_native(runtimes[i].folder, p, cfg.max_new_tokens, draft=mode != "none", threads=cfg.threads,
+                           runner=cfg.runner, kernels=chosen(), width=width) for p in prompts_by_export[i]])
             reference = got[_native_reference(labels[i], mode)][-1]
             answers.same = sum(a == b for a, b in zip(answers.tokens, reference.tokens))
             got[label].append(answers)
@@ -267,14 +269,16 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
 
 
 def _native_runs(cfg: ChatBenchConfig, labels: list[str], runtimes: list[Runtime]) -> list[tuple[str, int, str]]:
-    """(label, export index, mode) of the runner's runs: each .pte export, target-only then drafted."""
+    """(label, export index, mode) of the runner's runs: each .pte export, target-only then drafted under each
+    width policy (mode model, model@4, model@rule, ...)."""
     if cfg.runner is None:
         return []
     pte = [i for i, rt in enumerate(runtimes) if (rt.folder / PTE_FILE).is_file()]
     if not pte:
         raise ValueError("--runner runs .pte programs and no export has them; export with --format pte or both")
+    drafted = ["model" if w == "full" else f"model@{w}" for w in cfg.widths]
     return [(f"{labels[i]}/hyflash-run/{m}", i, m) for i in pte
-            for m in (["none"] + (["model"] if runtimes[i].manifest["drafter"]["name"] != "random" else []))]
+            for m in (["none"] + (drafted if runtimes[i].manifest["drafter"]["name"] != "random" else []))]
 
 
 def _native_reference(export_label: str, mode: str) -> str:

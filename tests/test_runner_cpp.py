@@ -73,6 +73,32 @@ def test_narrow_verify_widths_equal_the_python_runtime(runner, both_formats):
     assert code != 0 and len(err.strip().splitlines()) == 1 and "verify widths" in err
 
 
+@pytest.mark.parametrize("costs", ["MIXED", "NARROW", "DEAR_DRAFTER"])
+def test_the_width_rule_picks_the_python_runtimes_widths(runner, both_formats, tmp_path, costs):
+    """--width rule, on the same programs and costs: the Python runtime's rule round for round (the same widths,
+    rested rounds and graph calls: a resting drafter's rows folded in the same batches), target-only's tokens.
+    The costs make the rule mix widths, keep to one draft, or rest the drafter."""
+    import test_widths
+
+    folder = test_widths._with_costs(both_formats, tmp_path, "executorch", getattr(test_widths, costs))
+    runtime = Runtime(folder, "executorch")
+    for prompt in (np.random.default_rng(5).integers(3, 96, 29).tolist(), [5, 17, 33, 8, 5, 17, 33, 8, 5]):
+        plain = python_stats(runtime, prompt, max_new_tokens=40, ignore_eos=True, draft="none").tokens
+        code, (c,), err = run(runner, folder, prompt, "--max-new-tokens", "40", "--ignore-eos", "--width", "rule")
+        assert code == 0, err
+        p = python_stats(runtime, prompt, max_new_tokens=40, ignore_eos=True, width="rule")
+        assert c["tokens"] == p.tokens == plain
+        assert c["widths"] == {str(w): n for w, n in p.widths.items() if n}
+        assert (c["rounds"], c["rested_rounds"], c["accepted_per_slot"], c["graph_calls"]) == (
+            p.rounds, p.rested_rounds, p.accepted_per_slot, dict(p.graph_calls))
+    if costs == "NARROW":
+        assert set(c["widths"]) <= {"1", "2"} and c["widths"]["2"] > 0  # the costs decide the width
+    if costs == "DEAR_DRAFTER":
+        assert c["rested_rounds"] > 0
+    code, _, err = run(runner, both_formats, [4, 5, 6], "--width", "rule")  # no costs-executorch.json
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "--write-costs" in err
+
+
 @pytest.mark.slow  # suite time: lowering a second program to .pte
 def test_lookup_input_drafter_equals_the_python_runtime(runner, lookup_input_pte):
     """A drafter that reads prompt-lookup's block: the runner's lookup finds what Python's does (the same
@@ -122,7 +148,7 @@ def test_sampled_runs_have_the_target_distribution(runner, both_formats, qwen3_d
 
 
 # what `hyflash generate --json` reports and the runner does not do: prompt-lookup and hybrid drafting
-RUNNER_LEAVES_OUT = {"lookup_rounds", "skipped_reads", "widths", "rested_rounds"}  # hybrid and the width rule: Python
+RUNNER_LEAVES_OUT = {"lookup_rounds", "skipped_reads"}
 
 
 def test_json_has_the_keys_of_hyflash_generate(runner, both_formats):

@@ -96,6 +96,36 @@ def test_train_drafter_continues_from_a_drafter_folder(corpus, tmp_path, capsys)
     assert not (tmp_path / "refused").exists()
 
 
+def test_eval_drafter_gives_the_training_logs_held_out_figures(corpus, tmp_path, capsys):
+    """eval-drafter measures a drafter folder as it is: the held-out tau and cross-entropy a training log reports
+    for the same weights (one step at a vanishing lr leaves them bit for bit); the memory-limited ablation
+    changes them; a bad folder is one line and exit 2."""
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(_drafter_args(corpus, first)) == 0
+    args = _drafter_args(corpus, again)
+    args = args[:args.index("--markov-rank")] + args[args.index("--markov-rank") + 2:]
+    assert main(args + ["--init-from", str(first / "model"), "--lr", "1e-12", "--steps", "1", "--eval-every", "1",
+                        "--eval-rows", "3"]) == 0
+    logged = json.loads((again / "log.jsonl").read_text().splitlines()[-1])
+    data, run = corpus
+    common = ["eval-drafter", "--drafter", str(first / "model"), "--target", str(run / "model"), "--data", str(data),
+              "--tokenizer", str(data / "tokenizer.json"), "--seq-len", "48", "--anchors", "6", "--rows", "3",
+              "--device", "cpu", "--json"]
+    capsys.readouterr()
+    assert main(common + ["--out", str(tmp_path / "eval.json")]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got == json.loads((tmp_path / "eval.json").read_text())
+    assert got["rows"] == 3 and got["memory_history"] is None
+    assert got["tau"] == pytest.approx(logged["heldout_tau"], abs=1e-6)
+    assert got["ce"] == pytest.approx(logged["heldout_ce"], rel=1e-5)
+    assert main(common + ["--memory-history", "1"]) == 0
+    limited = json.loads(capsys.readouterr().out)
+    assert limited["memory_history"] == 1 and limited["ce"] != pytest.approx(got["ce"], rel=1e-5)
+    assert main(common[:2] + [str(first)] + common[3:]) == 2  # the run, not its model/
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(first) in err
+
+
 def test_ddp_two_ranks_match_one_process(corpus, tmp_path):
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     assert main(_drafter_args(corpus, single)) == 0

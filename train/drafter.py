@@ -154,23 +154,39 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: 
         drafter = _fresh_drafter(target, drafter_cfg, data)
     model = Distill(drafter, target, anchors)
 
-    def loss(m, rows: Rows):
-        cached = getattr(rows, "features", None) is not None  # rows from a feature cache carry the target's side
-        return m(torch.from_numpy(rows.tokens), torch.from_numpy(rows.anchorable),
-                 torch.from_numpy(rows.features) if cached else None, torch.from_numpy(rows.labels) if cached else None)
-
     held = data.heldout(eval_rows) if eval_every else None
 
     def evaluate(m) -> dict:
-        _, metrics = loss(m, held)
+        _, metrics = _on_rows(m, held)
         return {"tau": metrics["tau"], "ce": metrics["ce"]}
 
-    train(model, loss, data.sample, cfg, f"drafter-{drafter_cfg.name}", evaluate if held is not None else None,
+    train(model, _on_rows, data.sample, cfg, f"drafter-{drafter_cfg.name}", evaluate if held is not None else None,
           eval_every, {"drafter": drafter_cfg.to_dict(), "anchors": anchors, **(run_config or {}),
                        "data": data.describe})
     dest = cfg.out / "model"
     write_folder(dest, lambda tmp: save_drafter(drafter.eval(), tmp, target_info(target)))
     return dest
+
+
+def _on_rows(model: Distill, rows: Rows):
+    """`model` (a Distill, or DDP around one) on a batch of rows: (loss, metrics)."""
+    cached = getattr(rows, "features", None) is not None  # rows from a feature cache carry the target's side
+    return model(torch.from_numpy(rows.tokens), torch.from_numpy(rows.anchorable),
+                 torch.from_numpy(rows.features) if cached else None, torch.from_numpy(rows.labels) if cached else None)
+
+
+@torch.no_grad()
+def evaluate_drafter(target: Target, drafter: Drafter, data, rows: int = 16, anchors: int = 48) -> dict:
+    """A drafter's held-out figures as its weights are, no step taken: teacher-forced tau (1 + the drafts its
+    greedy chain gets right before the first miss, the bonus included) and cross-entropy on the first `rows`
+    held-out rows of `data` (`open_rows`), the rows and anchors training's log measures on."""
+    held = data.heldout(rows)
+    if held is None:
+        raise ValueError("the data has no held-out rows to measure on")
+    device = next(drafter.parameters()).device
+    target.to(device)
+    _, metrics = _on_rows(Distill(drafter.eval(), target, anchors).to(device), held)
+    return {"tau": float(metrics["tau"]), "ce": float(metrics["ce"]), "rows": len(held.tokens), "anchors": anchors}
 
 
 def _fresh_drafter(target: Target, drafter_cfg: DrafterConfig, data) -> Drafter:

@@ -56,6 +56,16 @@ _DRAFTER_SHAPE = {"memory": "mamba2", "window": "128", "layers": 2, "intermediat
                   "lookup_input": False}
 
 
+def _drafter_folder(name: str, flag: str) -> Path:
+    from hyflash.models.loading import resolve
+
+    folder = resolve(name, "drafter")
+    if not (folder / "model.safetensors").is_file():
+        raise CliError(f"{flag} {name}: not a drafter folder (config.json + model.safetensors), "
+                       "such as a train-drafter run's model/")
+    return folder
+
+
 def cmd_train_drafter(args) -> int:
     from hyflash.models.drafter import DrafterConfig
     from hyflash.models.loading import load_target, resolve, weights_sha256
@@ -67,10 +77,7 @@ def cmd_train_drafter(args) -> int:
     if args.init_from and given:
         raise CliError(f"--init-from takes the drafter's architecture from {args.init_from}; leave out "
                        + " ".join(f"--{k.replace('_', '-')}" for k in given))
-    init_from = resolve(args.init_from, "drafter") if args.init_from else None
-    if init_from and not (init_from / "model.safetensors").is_file():
-        raise CliError(f"--init-from {args.init_from}: not a drafter folder (config.json + model.safetensors), "
-                       "such as a train-drafter run's model/")
+    init_from = _drafter_folder(args.init_from, "--init-from") if args.init_from else None
     for k, default in _DRAFTER_SHAPE.items():
         if getattr(args, k) is None:
             setattr(args, k, default)
@@ -100,6 +107,44 @@ def cmd_train_drafter(args) -> int:
                          init_from)
     if is_writer():
         print(f"wrote {dest}")
+    return 0
+
+
+def cmd_eval_drafter(args) -> int:
+    import dataclasses
+
+    import torch
+
+    from hyflash.models.loading import load_drafter, load_target, resolve, weights_sha256
+    from hyflash.train.batches import DistantRepeats, open_rows
+    from hyflash.train.drafter import evaluate_drafter
+    from hyflash.train.loop import pick_device
+
+    device = pick_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    drafter_dir = _drafter_folder(args.drafter, "--drafter")
+    target_dir = resolve(args.target, "target")
+    target = load_target(target_dir)
+    drafter = load_drafter(drafter_dir, target)
+    if args.memory_history is not None:
+        if drafter.cfg.memory != "mamba2":
+            raise CliError(f"--memory-history limits a Mamba-2 memory; {args.drafter} has memory "
+                           f"{drafter.cfg.memory!r}: leave it out")
+        drafter.cfg = dataclasses.replace(drafter.cfg, memory_history=args.memory_history)
+    rows = open_rows(args.data, target_dir, args.tokenizer, args.seq_len, weights_sha256(target_dir),
+                     features=not args.no_feature_cache and args.distant_repeats is None)
+    if args.distant_repeats is not None:
+        rows = DistantRepeats(rows, args.distant_repeats)
+    target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    drafter.to(device)
+    report = {"drafter": str(drafter_dir), "target": str(target_dir), "data": str(args.data),
+              "distant_repeats": args.distant_repeats, "memory_history": args.memory_history,
+              **evaluate_drafter(target, drafter, rows, args.rows, args.anchors)}
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    emit(args, report, lambda: f"held-out tau {report['tau']:.3f} (teacher-forced), cross-entropy "
+                               f"{report['ce']:.3f}, on {report['rows']} rows x {report['anchors']} anchors")
     return 0
 
 
@@ -246,9 +291,30 @@ def _train_drafter_parser(sub) -> None:
     p.set_defaults(func=cmd_train_drafter)
 
 
+def _eval_drafter_parser(sub) -> None:
+    p = sub.add_parser("eval-drafter", help="a drafter's held-out tau and cross-entropy, teacher-forced, as it is")
+    p.add_argument("--drafter", required=True, help="drafter folder, or a reference name")
+    p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")
+    p.add_argument("--data", type=Path, required=True, help="what train-drafter reads (--data there); its held-out rows")
+    p.add_argument("--tokenizer", type=Path, default=None, help="a tokenizer.json to use instead of the target's own")
+    p.add_argument("--seq-len", type=positive(), default=None, help="row length (as train-drafter's)")
+    p.add_argument("--rows", type=positive(), default=16, help="held-out rows to measure on")
+    p.add_argument("--anchors", type=positive(), default=48, help="anchors per row")
+    p.add_argument("--distant-repeats", type=share, default=None, metavar="SHARE",
+                   help="rows with a distant repeat, anchors only in the copy (as train-drafter's)")
+    p.add_argument("--memory-history", type=positive(), default=None,
+                   help="ablation: the memory sees only the last M committed features")
+    p.add_argument("--no-feature-cache", action="store_true", help="run the target instead of reading its cache")
+    p.add_argument("--threads", type=positive(), default=None)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
+    p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval_drafter)
+
 
 def register(sub) -> None:
     _train_target_parser(sub)
     _eval_target_parser(sub)
     _calibrate_parser(sub)
     _train_drafter_parser(sub)
+    _eval_drafter_parser(sub)

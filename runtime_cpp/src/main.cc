@@ -1,12 +1,15 @@
 // hyflash-run: the speculative loop over an export's .pte programs, from the command line.
 //
 //   hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K]
-//               [--seed S] [--ignore-eos] [--no-draft] [--width W] [--repeat R] [--threads N] [--pte-kernels K]
+//               [--seed S] [--ignore-eos] [--no-draft] [--width W|rule] [--repeat R] [--threads N] [--pte-kernels K]
 //               [--json]
 //
 // Ids in, ids out (the runner has no tokenizer). --json prints what `hyflash generate --json` prints,
 // one object per line; --repeat R runs the prompt R times with seeds S, S+1, ... (each run from an
-// empty cache), for measurements and distribution checks. --threads N sets ExecuTorch's thread pool (default:
+// empty cache), for measurements and distribution checks. --width rule: the width rule picks each round's
+// verify width from the drafter's calibrated confidences and this device's costs (costs-executorch.json beside
+// the export, from `hyflash profile EXPORT --backend executorch --write-costs`), resting the drafter where
+// drafting does not pay. --threads N sets ExecuTorch's thread pool (default:
 // one thread per core). The target's cache kernels are chosen when the runner is built (HYFLASH_KERNELS: the
 // project's libhyflash_kernels.so, or ExecuTorch's LLM kernels linked instead); --pte-kernels names the one
 // expected and refuses the other; the JSON output records it. Bad input: one line on stderr, exit 2.
@@ -61,7 +64,7 @@ void log_line(et_timestamp_t, et_pal_log_level_t level, const char* file, const 
 }
 const char* const kUsage =
     "usage: hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] "
-    "[--top-k K] [--seed S] [--ignore-eos] [--no-draft] [--width W] [--repeat R] [--threads N] [--pte-kernels hyflash|executorch] "
+    "[--top-k K] [--seed S] [--ignore-eos] [--no-draft] [--width W|rule] [--repeat R] [--threads N] [--pte-kernels hyflash|executorch] "
     "[--json] | --version";
 
 struct UsageError : std::invalid_argument {
@@ -128,7 +131,11 @@ Args parse(int argc, char** argv) {
     else if (f == "--pte-kernels") a.kernels = value(i);
     else if (f == "--ignore-eos") a.cfg.ignore_eos = true;
     else if (f == "--no-draft") a.cfg.draft = false;
-    else if (f == "--width") a.cfg.width = parse_int(f, value(i));
+    else if (f == "--width") {
+      const std::string& w = value(i);
+      if (w == "rule") a.cfg.rule = true;
+      else a.cfg.width = parse_int(f, w), a.cfg.rule = false;
+    }
     else if (f == "--json") a.json = true;
     else if (f == "-h" || f == "--help") { std::cout << kUsage << "\n"; std::exit(0); }
     else if (f == "--version") { std::cout << "hyflash-run, kernels: " << kernels_stamp() << "\n"; std::exit(0); }

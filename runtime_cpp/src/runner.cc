@@ -74,7 +74,8 @@ std::string Stats::to_json() const {
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
     return s + "]";
   };
-  std::string ms = "{", calls = "{", bytes = "{";
+  std::string ms = "{", calls = "{", bytes = "{", rows = "{";
+  for (const auto& [w, n] : widths) rows += (rows.size() > 1 ? ", " : "") + json::quote(std::to_string(w)) + ": " + std::to_string(n);
   for (const auto& [g, total] : graph_ms) {
     ms += (ms.size() > 1 ? ", " : "") + json::quote(g) + ": " + json_number(total / graph_calls.at(g));
     calls += (calls.size() > 1 ? ", " : "") + json::quote(g) + ": " + std::to_string(graph_calls.at(g));
@@ -86,7 +87,8 @@ std::string Stats::to_json() const {
          ", \"prefill_s\": " + json_number(prefill_s) + ", \"prefilled\": " + std::to_string(prompt_tokens) +
          ", \"decode_s\": " + json_number(decode_s) + ", \"graph_ms\": " + ms + "}, \"graph_calls\": " + calls +
          "}, \"stop_reason\": " + json::quote(stop_reason) + ", \"drafter_context_bytes\": " + bytes +
-         "}}";  // no lookup_rounds / skipped_reads / widths / rested_rounds: hybrid and the width rule are Python's
+         "}, \"widths\": " + rows + "}, \"rested_rounds\": " + std::to_string(rested_rounds) +
+         "}";  // no lookup_rounds / skipped_reads: hybrid drafting is the Python runtime's
 }
 
 // ----------------------------------------------------------------------------------------- runner
@@ -279,6 +281,20 @@ void Runner::fold(const float* features, int64_t pos, int64_t n, Stats& stats) {
   }
 }
 
+void Runner::pend(const float* row, int64_t pos, Stats& stats) {
+  const size_t width = small_.at("features")->floats.size() / kVerifyRows;
+  if (!pending_rows_) pending_pos_ = pos;
+  pending_.resize((pending_rows_ + 1) * width);
+  std::copy(row, row + width, pending_.begin() + pending_rows_ * width);
+  if (++pending_rows_ == kVerifyRows) flush(stats);
+}
+
+void Runner::flush(Stats& stats) {
+  if (!pending_rows_) return;
+  fold(pending_.data(), pending_pos_, pending_rows_, stats);
+  pending_rows_ = 0;
+}
+
 void Runner::reset_context() {
   for (auto& [name, b] : state_) b->fill_state();
 }
@@ -333,12 +349,17 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   check_prompt(prompt);
   if (cfg.max_new_tokens < 1) throw std::invalid_argument("--max-new-tokens must be >= 1");
   const auto& widths = m_.verify_widths;
-  if (std::find(widths.begin(), widths.end(), cfg.width) == widths.end())
+  if (!cfg.rule && std::find(widths.begin(), widths.end(), cfg.width) == widths.end())
     throw std::invalid_argument("--width " + std::to_string(cfg.width) + " is not among this export's verify widths");
   Stats stats;
   stats.prompt_tokens = static_cast<int64_t>(prompt.size());
   Rng rng(cfg.seed);
   const int64_t vocab = m_.vocab, block = m_.block, len = stats.prompt_tokens;
+  // the width rule: this device's costs (read before anything runs) and the drafter's calibration
+  std::unique_ptr<WidthRule> rule;
+  const json::Value* calibration = m_.raw.at("drafter").find("hybrid");
+  const bool has_confidence = m_.graph("draft_read").has("confidence");
+  if (cfg.draft && cfg.rule) rule = std::make_unique<WidthRule>(read_costs(m_.folder, widths), len);
   Outputs target_out, draft_out;
   std::vector<int64_t> history(prompt);  // the prompt and every emitted token: ends with the anchor
 
@@ -346,6 +367,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   // every prompt feature folded into the drafter, 8 rows at a time
   auto t0 = Clock::now();
   committed_ = 0;
+  pending_rows_ = 0;
   reset_context();
   for (int64_t pos = 0; pos < len;) {
     std::string graph = pos + m_.prefill_chunk <= m_.max_context ? "target_prefill" : "target_verify";
@@ -379,29 +401,53 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
       fresh = stop({anchor}, stats, cfg, len, limit);
       continue;
     }
-    // 2. draft d_1..d_7 for positions pos+1..pos+7; the first width - 1 of them are verified
-    const int64_t* d = draft(anchor, pos, history, stats, draft_out);
-    std::vector<int64_t> drafts(d, d + cfg.width - 1);
+    // 2. draft d_1..d_7 for positions pos+1..pos+7, unless the width rule rests the drafter (a plain step);
+    // the first width - 1 of them are verified (the width fixed, or the rule's pick for this block)
+    const bool rested = rule && !rule->drafts();
+    int64_t width = 1;
+    std::vector<int64_t> drafts;
+    std::vector<double> chain;  // the block's q_k (calibrated confidences), for the rule
+    if (!rested) {
+      flush(stats);  // the drafter's context holds every committed row before it drafts
+      const int64_t* d = draft(anchor, pos, history, stats, draft_out);
+      width = cfg.width;
+      if (rule && has_confidence) {
+        chain = drafter_chain(calibration, output<float>(calls_.at("draft_read").outputs, draft_out, "confidence"), block);
+        width = rule->pick(chain, pos);
+      } else if (rule) {
+        width = kVerifyRows;  // a block that comes with no estimate: verified whole
+      }
+      drafts.assign(d, d + width - 1);
+    }
     // 3. verify [anchor, d_1..] at pos.. (all its rows written; rejected ones go stale)
     std::vector<int64_t> ids = {anchor};
     ids.insert(ids.end(), drafts.begin(), drafts.end());
-    auto [logits, feats] = run_target(verify_graph(cfg.width), ids, pos, stats, target_out);
+    auto [logits, feats] = run_target(verify_graph(width), ids, pos, stats, target_out);
     // 4. accept the longest agreeing prefix, plus the target's bonus token
     auto [k, bonus] = accept(drafts.data(), static_cast<int>(drafts.size()), logits, vocab, cfg.sampling, rng);
     stats.rounds += 1;
+    stats.widths[width] += 1;
+    stats.rested_rounds += rested;
     stats.accepted_per_slot.resize(block, 0);
     for (int i = 0; i < k; ++i) stats.accepted_per_slot[i] += 1;
+    if (rule) rested ? rule->made_rested(pos) : rule->made_drafted(chain, width, k, pos);
     // 5. emit d_1..d_k and the bonus, cut at EOS or the token limit; the bonus is the next anchor
     std::vector<int64_t> emitted(drafts.begin(), drafts.begin() + k);
     emitted.push_back(bonus);
     fresh = stop(emitted, stats, cfg, len, limit);
-    // 6. commit rows 0..n-1: the anchor and the emitted drafts but the last emitted token
+    // 6. commit rows 0..n-1: the anchor and the emitted drafts but the last emitted token (a resting drafter
+    // takes its row later, with up to 7 more)
     const int64_t n = static_cast<int64_t>(fresh.size());
     committed_ = pos + n;
-    fold(feats, pos, n, stats);
+    if (rested) {
+      if (n) pend(feats, pos, stats);
+    } else {
+      fold(feats, pos, n, stats);
+    }
     anchor = bonus;
     pos += n;
   }
+  if (cfg.draft) flush(stats);  // the drafter's context holds every committed row
   stats.decode_s = seconds_since(t1);
   if (cfg.draft) stats.drafter_context_bytes = context_bytes(pos);
   return stats;

@@ -14,6 +14,7 @@
 
 #include "manifest.h"
 #include "sampling.h"
+#include "widths.h"
 
 namespace hyflash {
 
@@ -24,6 +25,7 @@ struct GenerationConfig {
   bool ignore_eos = false;
   bool draft = true;  // false: target-only through target_decode
   int64_t width = kVerifyRows;  // rows verified a round (the anchor and width - 1 drafts): one of verify_widths
+  bool rule = false;  // instead, the width rule picks each round's width (reads costs-executorch.json)
 };
 
 struct Stats {
@@ -31,6 +33,8 @@ struct Stats {
   std::vector<int64_t> tokens, accepted_per_slot;
   std::map<std::string, double> graph_ms;  // summed; reported as the mean per call
   std::map<std::string, int64_t> graph_calls;
+  std::map<int64_t, int64_t> widths;  // rounds by rows verified (1: a plain step)
+  int64_t rested_rounds = 0;  // the width rule: plain steps while the drafter rests (in rounds, width 1)
   double prefill_s = 0, decode_s = 0;
   std::string stop_reason;
   std::map<std::string, int64_t> drafter_context_bytes;
@@ -78,6 +82,8 @@ class Runner {
   std::map<std::string, Call> calls_;
   int64_t committed_ = 0;
   std::vector<float> last_logits_;
+  std::vector<float> pending_;  // a resting drafter's committed feature rows, folded up to 8 at a time
+  int64_t pending_pos_ = 0, pending_rows_ = 0;
 
   void check_method(executorch::extension::Module& module, const std::string& graph);
   Call bind(const std::string& graph, executorch::extension::Module* module);
@@ -89,6 +95,9 @@ class Runner {
   const int64_t* draft(int64_t anchor, int64_t pos, const std::vector<int64_t>& history, Stats& stats, Outputs& keep);
   // state_commit and window_shift: the first n rows of `features` (at pos..) folded into the drafter's context
   void fold(const float* features, int64_t pos, int64_t n, Stats& stats);
+  // a plain step's committed feature row (position pos), folded with up to 7 more in one commit; flush folds them
+  void pend(const float* row, int64_t pos, Stats& stats);
+  void flush(Stats& stats);
   void reset_context();
   void check_room(int64_t pos, int64_t width) const;
   void check_prompt(const std::vector<int64_t>& prompt) const;

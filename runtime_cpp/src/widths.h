@@ -1,0 +1,57 @@
+// The width rule (docs/design.md, "Verify widths"; models/widths.py and runtime_py/verifying.py): how many
+// drafts a round verifies, from the drafter's calibrated chain probabilities and the export's cost curve on
+// this device (costs-executorch.json, written by `hyflash profile --backend executorch --write-costs`).
+// The same arithmetic as the Python runtime, in doubles, so both pick the same widths on the same program.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "json.h"
+
+namespace hyflash {
+
+// Milliseconds of one call at one committed length: verify[w] the target on w rows (w = 1: target_decode),
+// draft draft_read, commit the drafter's commit (state_commit + window_shift).
+struct Costs {
+  std::map<int64_t, double> verify;
+  double draft = 0.0, commit = 0.0;
+};
+
+// Costs at several committed lengths, read between them by linear interpolation and held flat beyond the ends.
+struct CostCurve {
+  std::vector<int64_t> lengths;
+  std::vector<Costs> points;
+  Costs at(int64_t committed) const;
+};
+
+// folder/costs-executorch.json, kept to width 1 and the export's verify widths; every one of them must be timed.
+// Throws std::invalid_argument (one line: what and the fix).
+CostCurve read_costs(const std::string& folder, const std::vector<int64_t>& widths);
+
+// q_k, the probability that the first k drafts all pass: the head's slot confidences, each read through the
+// drafter's calibration (manifest drafter.hybrid: slots, min_rounds) where that bin holds enough rounds; never
+// rising with k. `calibration` may be null (the head's own figures).
+std::vector<double> drafter_chain(const json::Value* calibration, const float* confidence, int64_t n);
+
+// The rule for one generation: the rate so far (modelled tokens per modelled millisecond), the drafter's
+// cool-down, and the chain correction (realised against expected accepted drafts).
+class WidthRule {
+ public:
+  WidthRule(CostCurve curve, int64_t start);
+  bool drafts();  // before a round: whether it runs the drafter (false: a plain step while it rests)
+  int64_t pick(const std::vector<double>& chain, int64_t pos);  // the width for this drafted block
+  // after a drafted round (chain: the block's uncorrected chain, empty when the drafter has no confidence head)
+  void made_drafted(const std::vector<double>& chain, int64_t width, int accepted, int64_t pos);
+  void made_rested(int64_t pos);  // a plain step while the drafter rests
+
+ private:
+  CostCurve curve_;
+  double tokens_, ms_, expected_, realised_;
+  int64_t cooldown_ = 1, wait_ = 0, rest_commit_rows_ = 1;
+  double rate() const { return tokens_ / ms_; }
+};
+
+}  // namespace hyflash
