@@ -402,7 +402,7 @@ def cross_runtime_agreement(folder: Path, kinds: tuple[str, ...], texts: list[li
     python = {(i, d): _greedy(pte, p, d) for i, p in enumerate(prompts) for d in ("model", "none")}
     runner = runner_path()
     if pte.backend.kernels == "hyflash" and runner.is_file():
-        equal = [run_native(folder, prompts[i], CROSS_NEW, draft == "model", runner=runner,
+        equal = [run_native(folder, prompts[i], CROSS_NEW, draft, runner=runner,
                             ignore_eos=True)["tokens"] == tokens for (i, draft), tokens in python.items()]
         checks.append(Check("loop", "tokens", "hyflash-run", sum(equal) / len(equal), 1.0, all(equal),
                             "agreement", len(equal)))

@@ -256,10 +256,11 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
             answers.same = sum(a == b for a, b in zip(answers.tokens, reference.tokens))
             got[peer.label].append(answers)
         for label, i, mode in native:  # target-only first: the reference of the drafted runs
-            width = mode.partition("@")[2] or "full"
+            draft, _, width = mode.partition("@")
             answers = Answers.of_native(chat["category"], [
-                run_native(runtimes[i].folder, p, cfg.max_new_tokens, draft=mode != "none", threads=cfg.threads,
-                           runner=cfg.runner, kernels=chosen(), width=width) for p in prompts_by_export[i]])
+                run_native(runtimes[i].folder, p, cfg.max_new_tokens, draft=draft, width=width or "full",
+                           threads=cfg.threads,
+                           runner=cfg.runner, kernels=chosen()) for p in prompts_by_export[i]])
             reference = got[_native_reference(labels[i], mode)][-1]
             answers.same = sum(a == b for a, b in zip(answers.tokens, reference.tokens))
             got[label].append(answers)
@@ -269,16 +270,18 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
 
 
 def _native_runs(cfg: ChatBenchConfig, labels: list[str], runtimes: list[Runtime]) -> list[tuple[str, int, str]]:
-    """(label, export index, mode) of the runner's runs: each .pte export, target-only then drafted under each
-    width policy (mode model, model@4, model@rule, ...)."""
+    """(label, export index, mode) of the runner's runs: each .pte export, target-only, then the drafter's and
+    prompt-lookup's blocks under each width policy (model, model@4, model@rule, prompt-lookup, ...)."""
     if cfg.runner is None:
         return []
     pte = [i for i, rt in enumerate(runtimes) if (rt.folder / PTE_FILE).is_file()]
     if not pte:
         raise ValueError("--runner runs .pte programs and no export has them; export with --format pte or both")
-    drafted = ["model" if w == "full" else f"model@{w}" for w in cfg.widths]
-    return [(f"{labels[i]}/hyflash-run/{m}", i, m) for i in pte
-            for m in (["none"] + (drafted if runtimes[i].manifest["drafter"]["name"] != "random" else []))]
+    def drafted(rt: Runtime) -> list[str]:
+        methods = (["model"] if rt.manifest["drafter"]["name"] != "random" else []) + ["prompt-lookup"]
+        return [m if w == "full" else f"{m}@{w}" for m in methods for w in cfg.widths]
+
+    return [(f"{labels[i]}/hyflash-run/{m}", i, m) for i in pte for m in ["none"] + drafted(runtimes[i])]
 
 
 def _native_reference(export_label: str, mode: str) -> str:

@@ -19,11 +19,11 @@ def runner_path() -> Path:
     return BUILD / "hyflash-run"
 
 
-def run_native(folder: Path, prompt: list[int], max_new_tokens: int, draft: bool = True,
+def run_native(folder: Path, prompt: list[int], max_new_tokens: int, draft: str = "model",
                threads: int | None = None, runner: Path | None = None, ignore_eos: bool = False,
                kernels: str = "hyflash", width: str | int = "full") -> dict:
-    """One greedy generation by hyflash-run, built with `kernels` (the project's by default), verifying `width`
-    rows a round (full: 8; a verify width; rule: the width rule on the export's costs-executorch.json): its JSON
+    """One greedy generation by hyflash-run, built with `kernels` (the project's by default), drafting by `draft`
+    (model, prompt-lookup or none), verifying `width` rows a round (full: 8; a verify width; rule: the width rule on the export's costs-executorch.json): its JSON
     (tokens, rounds, tokens_per_s, pte_kernels, threads, ...). A refusal (a runner built with other kernels among them) or a crash:
     ValueError with the runner's first line."""
     runner = runner or runner_path()
@@ -31,9 +31,9 @@ def run_native(folder: Path, prompt: list[int], max_new_tokens: int, draft: bool
         raise FileNotFoundError(f"{runner}: no hyflash-run; build it with `make runner` (or set HYFLASH_RUN)")
     cmd = [str(runner), str(folder), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens",
            str(max_new_tokens), "--pte-kernels", kernels, "--json"]
-    cmd += ([] if draft else ["--no-draft"]) + (["--ignore-eos"] if ignore_eos else [])
+    cmd += ["--draft", draft] + (["--ignore-eos"] if ignore_eos else [])
     cmd += ["--threads", str(threads)] if threads else []
-    cmd += ["--width", str(width)] if draft and width != "full" else []
+    cmd += ["--width", str(width)] if draft != "none" and width != "full" else []
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         first = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[0]

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 from hyflash.models.loading import load_target
 from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
 from hyflash.runtime_py.loop import Runtime
+from hyflash.runtime_py.manifest import verify_graph
 from hyflash.runtime_py.sampling import Sampling
 
 
@@ -56,19 +57,21 @@ def test_greedy_equals_the_python_runtime(runner, both_formats):
 
 
 def test_narrow_verify_widths_equal_the_python_runtime(runner, both_formats):
-    """--width W verifies the anchor and W - 1 drafts through target_verify_W: the Python runtime's rounds and
-    tokens at that width, and target-only's tokens; a width the export lacks is refused in one line."""
+    """--width W verifies the anchor and W - 1 drafts through target_verify_W (the drafter's, or prompt-lookup's
+    with --draft prompt-lookup): the Python runtime's rounds and tokens at that width, and target-only's tokens;
+    a width the export lacks is refused in one line."""
     runtime = Runtime(both_formats, "executorch")
     prompt = np.random.default_rng(4).integers(0, 96, 21).tolist()
     plain = python_stats(runtime, prompt, max_new_tokens=24, ignore_eos=True, draft="none").tokens
-    for width in (2, 4):
-        code, (c,), err = run(runner, both_formats, prompt, "--max-new-tokens", "24", "--ignore-eos", "--width", str(width))
+    for width, draft in ((2, "model"), (4, "model"), (4, "prompt-lookup"), (8, "prompt-lookup")):
+        code, (c,), err = run(runner, both_formats, prompt, "--max-new-tokens", "24", "--ignore-eos", "--width", str(width),
+                              "--draft", draft)
         assert code == 0, err
-        p = python_stats(runtime, prompt, max_new_tokens=24, ignore_eos=True, width=width)
+        p = python_stats(runtime, prompt, max_new_tokens=24, ignore_eos=True, width=width, draft=draft)
         assert c["tokens"] == p.tokens == plain
         assert (c["rounds"], c["accepted_per_slot"], c["graph_calls"]) == (p.rounds, p.accepted_per_slot,
                                                                           dict(p.graph_calls))
-        assert c["graph_calls"][f"target_verify_{width}"] == c["rounds"]
+        assert c["graph_calls"][verify_graph(width)] == c["rounds"]
     code, _, err = run(runner, both_formats, prompt, "--width", "3")
     assert code != 0 and len(err.strip().splitlines()) == 1 and "verify widths" in err
 
@@ -76,17 +79,21 @@ def test_narrow_verify_widths_equal_the_python_runtime(runner, both_formats):
 @pytest.mark.parametrize("costs", ["MIXED", "NARROW", "DEAR_DRAFTER"])
 def test_the_width_rule_picks_the_python_runtimes_widths(runner, both_formats, tmp_path, costs):
     """--width rule, on the same programs and costs: the Python runtime's rule round for round (the same widths,
-    rested rounds and graph calls: a resting drafter's rows folded in the same batches), target-only's tokens.
-    The costs make the rule mix widths, keep to one draft, or rest the drafter."""
+    rested rounds and graph calls: a resting drafter's rows folded in the same batches), target-only's tokens,
+    with the drafter's blocks and with prompt-lookup's. The costs make the rule mix widths, keep to one draft,
+    or rest the drafter."""
     import test_widths
 
     folder = test_widths._with_costs(both_formats, tmp_path, "executorch", getattr(test_widths, costs))
     runtime = Runtime(folder, "executorch")
-    for prompt in (np.random.default_rng(5).integers(3, 96, 29).tolist(), [5, 17, 33, 8, 5, 17, 33, 8, 5]):
+    cases = [(prompt, draft) for prompt in (np.random.default_rng(5).integers(3, 96, 29).tolist(),
+                                            [5, 17, 33, 8, 5, 17, 33, 8, 5]) for draft in ("prompt-lookup", "model")]
+    for prompt, draft in cases:
         plain = python_stats(runtime, prompt, max_new_tokens=40, ignore_eos=True, draft="none").tokens
-        code, (c,), err = run(runner, folder, prompt, "--max-new-tokens", "40", "--ignore-eos", "--width", "rule")
+        code, (c,), err = run(runner, folder, prompt, "--max-new-tokens", "40", "--ignore-eos", "--width", "rule",
+                              "--draft", draft)
         assert code == 0, err
-        p = python_stats(runtime, prompt, max_new_tokens=40, ignore_eos=True, width="rule")
+        p = python_stats(runtime, prompt, max_new_tokens=40, ignore_eos=True, width="rule", draft=draft)
         assert c["tokens"] == p.tokens == plain
         assert c["widths"] == {str(w): n for w, n in p.widths.items() if n}
         assert (c["rounds"], c["rested_rounds"], c["accepted_per_slot"], c["graph_calls"]) == (
@@ -274,6 +281,9 @@ def test_bench_chat_answers_with_the_runner_beside_the_python_runtime(runner, bo
     assert native["same_compared_with"] == "chat/none" and native["tau"] == 1.0
     assert [c["answer_tokens"] for c in report["per_conversation"]["chat/hyflash-run/none"]] == \
         [c["answer_tokens"] for c in report["per_conversation"]["chat/none"]]
+    lookup = rows["chat/hyflash-run/prompt-lookup"]  # the runner's prompt-lookup: Python's rounds on its prompts
+    assert lookup["same_as_target_only"] == 1.0 and lookup["same_compared_with"] == "chat/hyflash-run/none"
+    assert lookup["tau"] == rows["chat/prompt-lookup"]["tau"]
     onnx = bench_chat(ChatBenchConfig(artifacts=(folder,), chat=chats, max_new_tokens=6, runner=runner, limit=1),
                       progress=False)
     assert "chat/hyflash-run/none" in pooled(onnx) and onnx["exact"]  # compared, not judged

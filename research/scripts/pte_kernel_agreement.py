@@ -48,7 +48,7 @@ def main() -> dict:
             py = [t for new in runtime.generate(prompt, cfg) for t in new]
             row = {"category": category, "draft": draft, "prompt_tokens": len(prompt), "python_tokens": len(py)}
             for name, path in runners.items():
-                ran = run_native(a.export, prompt, a.max_new_tokens, draft != "none", a.threads, path,
+                ran = run_native(a.export, prompt, a.max_new_tokens, draft, a.threads, path,
                                  kernels=KERNELS[name])
                 got = ran["tokens"]
                 row[name] = {"equal": got == py, "pte_kernels": ran.get("pte_kernels"),

@@ -1,12 +1,14 @@
 // hyflash-run: the speculative loop over an export's .pte programs, from the command line.
 //
 //   hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K]
-//               [--seed S] [--ignore-eos] [--no-draft] [--width W|rule] [--repeat R] [--threads N] [--pte-kernels K]
-//               [--json]
+//               [--seed S] [--ignore-eos] [--draft D] [--no-draft] [--width W|rule] [--repeat R] [--threads N]
+//               [--pte-kernels K] [--json]
 //
 // Ids in, ids out (the runner has no tokenizer). --json prints what `hyflash generate --json` prints,
 // one object per line; --repeat R runs the prompt R times with seeds S, S+1, ... (each run from an
-// empty cache), for measurements and distribution checks. --width rule: the width rule picks each round's
+// empty cache), for measurements and distribution checks. --draft prompt-lookup verifies the text's own
+// continuation (the latest earlier match of its last 1-3 tokens) instead of the drafter's block; --no-draft
+// is --draft none (target-only). --width rule: the width rule picks each round's
 // verify width from the drafter's calibrated confidences and this device's costs (costs-executorch.json beside
 // the export, from `hyflash profile EXPORT --backend executorch --write-costs`), resting the drafter where
 // drafting does not pay. --threads N sets ExecuTorch's thread pool (default:
@@ -64,7 +66,7 @@ void log_line(et_timestamp_t, et_pal_log_level_t level, const char* file, const 
 }
 const char* const kUsage =
     "usage: hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] "
-    "[--top-k K] [--seed S] [--ignore-eos] [--no-draft] [--width W|rule] [--repeat R] [--threads N] [--pte-kernels hyflash|executorch] "
+    "[--top-k K] [--seed S] [--ignore-eos] [--draft model|prompt-lookup|none] [--no-draft] [--width W|rule] [--repeat R] [--threads N] [--pte-kernels hyflash|executorch] "
     "[--json] | --version";
 
 struct UsageError : std::invalid_argument {
@@ -131,6 +133,12 @@ Args parse(int argc, char** argv) {
     else if (f == "--pte-kernels") a.kernels = value(i);
     else if (f == "--ignore-eos") a.cfg.ignore_eos = true;
     else if (f == "--no-draft") a.cfg.draft = false;
+    else if (f == "--draft") {
+      const std::string& d = value(i);
+      if (d != "model" && d != "prompt-lookup" && d != "none")
+        throw UsageError("--draft must be model, prompt-lookup or none, got '" + d + "'");
+      a.cfg.draft = d != "none", a.cfg.lookup = d == "prompt-lookup";
+    }
     else if (f == "--width") {
       const std::string& w = value(i);
       if (w == "rule") a.cfg.rule = true;

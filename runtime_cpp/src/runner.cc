@@ -359,7 +359,8 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   std::unique_ptr<WidthRule> rule;
   const json::Value* calibration = m_.raw.at("drafter").find("hybrid");
   const bool has_confidence = m_.graph("draft_read").has("confidence");
-  if (cfg.draft && cfg.rule) rule = std::make_unique<WidthRule>(read_costs(m_.folder, widths), len);
+  const bool uses_drafter = cfg.draft && !cfg.lookup;  // the drafter's context is kept (prefill and commits fold)
+  if (cfg.draft && cfg.rule) rule = std::make_unique<WidthRule>(read_costs(m_.folder, widths), len, uses_drafter);
   Outputs target_out, draft_out;
   std::vector<int64_t> history(prompt);  // the prompt and every emitted token: ends with the anchor
 
@@ -376,7 +377,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
     auto [logits, feats] = run_target(graph, ids, pos, stats, target_out);
     committed_ = pos + n;
     const int64_t feature = m_.graph(graph).io("features").shape[1];
-    if (cfg.draft)
+    if (uses_drafter)
       for (int64_t r = 0; r < n; r += kVerifyRows) fold(feats + r * feature, pos + r, std::min<int64_t>(kVerifyRows, n - r), stats);
     last_logits_.assign(logits + (n - 1) * vocab, logits + n * vocab);  // the arena is reused by the next call
     pos += n;
@@ -406,8 +407,16 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
     const bool rested = rule && !rule->drafts();
     int64_t width = 1;
     std::vector<int64_t> drafts;
-    std::vector<double> chain;  // the block's q_k (calibrated confidences), for the rule
-    if (!rested) {
+    std::vector<double> chain;  // the block's q_k (calibrated), for the rule
+    if (cfg.lookup) {  // prompt-lookup: the latest earlier match of the text's end, continued
+      auto [found, match] = lookup(history, block);
+      width = cfg.width;
+      if (rule) {
+        chain = lookup_chain(calibration, match, block);
+        width = rule->pick(chain, pos);
+      }
+      drafts.assign(found.begin(), found.begin() + width - 1);
+    } else if (!rested) {
       flush(stats);  // the drafter's context holds every committed row before it drafts
       const int64_t* d = draft(anchor, pos, history, stats, draft_out);
       width = cfg.width;
@@ -441,15 +450,15 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
     committed_ = pos + n;
     if (rested) {
       if (n) pend(feats, pos, stats);
-    } else {
+    } else if (uses_drafter) {
       fold(feats, pos, n, stats);
     }
     anchor = bonus;
     pos += n;
   }
-  if (cfg.draft) flush(stats);  // the drafter's context holds every committed row
+  if (uses_drafter) flush(stats);  // the drafter's context holds every committed row
   stats.decode_s = seconds_since(t1);
-  if (cfg.draft) stats.drafter_context_bytes = context_bytes(pos);
+  if (uses_drafter) stats.drafter_context_bytes = context_bytes(pos);
   return stats;
 }
 

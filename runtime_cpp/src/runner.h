@@ -24,6 +24,7 @@ struct GenerationConfig {
   uint64_t seed = 0;
   bool ignore_eos = false;
   bool draft = true;  // false: target-only through target_decode
+  bool lookup = false;  // with draft: prompt-lookup's block (the text's own continuation) instead of the drafter's
   int64_t width = kVerifyRows;  // rows verified a round (the anchor and width - 1 drafts): one of verify_widths
   bool rule = false;  // instead, the width rule picks each round's width (reads costs-executorch.json)
 };

@@ -86,10 +86,28 @@ std::vector<double> drafter_chain(const json::Value* calibration, const float* c
   return q;
 }
 
-WidthRule::WidthRule(CostCurve curve, int64_t start)
-    : curve_(std::move(curve)), expected_(kPriorDrafts), realised_(kPriorDrafts) {
+std::vector<double> lookup_chain(const json::Value* calibration, int64_t match, int64_t block) {
+  const json::Value* rows = calibration ? calibration->find("lookup_slots") : nullptr;
+  if (rows && rows->size() && rows->at(match).at("rounds").as_int() >= calibration->at("min_rounds").as_int()) {
+    const json::Value& chain = rows->at(match).at("chain");
+    std::vector<double> q;
+    for (int64_t k = 0; k < std::min<int64_t>(block, static_cast<int64_t>(chain.size())); ++k)
+      q.push_back(chain.at(k).as_double());
+    return q;
+  }
+  return std::vector<double>(block, match ? 1.0 : 0.0);
+}
+
+WidthRule::WidthRule(CostCurve curve, int64_t start, bool uses_drafter)
+    : curve_(std::move(curve)), uses_drafter_(uses_drafter), expected_(kPriorDrafts), realised_(kPriorDrafts) {
   tokens_ = kPriorRounds;
-  ms_ = kPriorRounds * curve_.at(start).verify.at(1);
+  ms_ = kPriorRounds * costs(start).verify.at(1);
+}
+
+Costs WidthRule::costs(int64_t pos) const {
+  Costs c = curve_.at(pos);
+  if (!uses_drafter_) c.draft = c.commit = 0.0;  // prompt-lookup: no draft_read, no commits
+  return c;
 }
 
 bool WidthRule::drafts() {
@@ -101,7 +119,7 @@ bool WidthRule::drafts() {
 }
 
 int64_t WidthRule::pick(const std::vector<double>& raw, int64_t pos) {
-  const Costs c = curve_.at(pos);
+  const Costs c = costs(pos);
   const double scale = realised_ / expected_;
   std::vector<double> cum{1.0};  // E[tokens] at width w: 1 + q_1 + ... + q_{w-1}, the chain corrected
   for (double q : raw) cum.push_back(cum.back() + std::clamp(q * scale, 0.0, 1.0));
@@ -111,6 +129,7 @@ int64_t WidthRule::pick(const std::vector<double>& raw, int64_t pos) {
     const double v = cum[std::min<size_t>(w - 1, cum.size() - 1)] - rate() * (ms + c.commit);
     if (best == 0 || v > value) best = w, value = v;
   }
+  if (!uses_drafter_) return best;  // only rounds that ran draft_read judge the drafter
   const double drafted = value - rate() * c.draft;  // this round's value net of the drafter's call
   const int64_t rows = std::min(cooldown_, kMaxFold);  // a rest of this length folds its rows `rows` at a time
   const double plain = 1.0 - rate() * (c.verify.at(1) + c.commit / rows);
@@ -124,7 +143,7 @@ int64_t WidthRule::pick(const std::vector<double>& raw, int64_t pos) {
 }
 
 void WidthRule::made_drafted(const std::vector<double>& chain, int64_t width, int accepted, int64_t pos) {
-  const Costs c = curve_.at(pos);
+  const Costs c = costs(pos);
   if (!chain.empty() && width > 1) {  // a block without a chain (no confidence head) teaches the correction nothing
     double promised = 0.0;
     for (int64_t k = 0; k < std::min<int64_t>(width - 1, static_cast<int64_t>(chain.size())); ++k) promised += chain[k];
@@ -136,7 +155,7 @@ void WidthRule::made_drafted(const std::vector<double>& chain, int64_t width, in
 }
 
 void WidthRule::made_rested(int64_t pos) {
-  const Costs c = curve_.at(pos);
+  const Costs c = costs(pos);
   tokens_ += 1;
   ms_ += c.verify.at(1) + c.commit / rest_commit_rows_;
 }

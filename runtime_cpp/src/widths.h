@@ -36,22 +36,29 @@ CostCurve read_costs(const std::string& folder, const std::vector<int64_t>& widt
 // rising with k. `calibration` may be null (the head's own figures).
 std::vector<double> drafter_chain(const json::Value* calibration, const float* confidence, int64_t n);
 
+// q_k for prompt-lookup's block at match length `match`: the calibration's lookup_slots row where it holds enough
+// rounds; otherwise no match verifies nothing and a match, all.
+std::vector<double> lookup_chain(const json::Value* calibration, int64_t match, int64_t block);
+
 // The rule for one generation: the rate so far (modelled tokens per modelled millisecond), the drafter's
-// cool-down, and the chain correction (realised against expected accepted drafts).
+// cool-down, and the chain correction (realised against expected accepted drafts). uses_drafter false
+// (prompt-lookup): blocks cost nothing to propose and nothing to commit, and the drafter never rests.
 class WidthRule {
  public:
-  WidthRule(CostCurve curve, int64_t start);
+  WidthRule(CostCurve curve, int64_t start, bool uses_drafter = true);
   bool drafts();  // before a round: whether it runs the drafter (false: a plain step while it rests)
-  int64_t pick(const std::vector<double>& chain, int64_t pos);  // the width for this drafted block
+  int64_t pick(const std::vector<double>& chain, int64_t pos);  // the width for this block
   // after a drafted round (chain: the block's uncorrected chain, empty when the drafter has no confidence head)
   void made_drafted(const std::vector<double>& chain, int64_t width, int accepted, int64_t pos);
   void made_rested(int64_t pos);  // a plain step while the drafter rests
 
  private:
   CostCurve curve_;
+  bool uses_drafter_;
   double tokens_, ms_, expected_, realised_;
   int64_t cooldown_ = 1, wait_ = 0, rest_commit_rows_ = 1;
   double rate() const { return tokens_ / ms_; }
+  Costs costs(int64_t pos) const;
 };
 
 }  // namespace hyflash
