@@ -103,6 +103,31 @@ def test_pte_program_holds_both_models_and_each_table_once(both_formats, qwen3_d
     assert sum(b in forms for b in stored) == 2
 
 
+def test_a_draft_vocabulary_head_is_a_constant_of_the_pte_drafter(qwen3_dir, tmp_path):
+    """The .pte's draft_read scores a draft vocabulary with one constant weight (what XNNPACK takes as a static
+    weight), not with rows gathered from the LM head on every call; the head's logits are unchanged."""
+    from hyflash.export.graphs import example_inputs, graph_module, graph_specs
+    from hyflash.export.lower import pte_drafter
+    from hyflash.models.loading import load_drafter
+
+    target = load_target(qwen3_dir)
+    drafter = load_drafter(random_drafter_folder(qwen3_dir, tmp_path / "d", draft_vocab=48), target)
+    spec = graph_specs(target, drafter, CONTEXT, 16)["draft_read"]
+    hn = torch.randn(7, target.cfg.hidden_size)
+
+    def gathers(module) -> list:
+        program = torch.export.export(module, example_inputs(spec), strict=False)
+        return [n for n in program.graph.nodes if n.op == "call_function" and "index" in str(n.target)
+                and len(n.meta["val"].shape) == 2 and n.meta["val"].shape[0] == 48]
+
+    with torch.no_grad():
+        before = drafter.project(hn)
+        assert gathers(graph_module(spec, target, drafter))  # the head's rows, gathered at run time
+        module = graph_module(spec, target, pte_drafter(drafter, lambda m, _: m))
+        assert not gathers(module)
+        torch.testing.assert_close(drafter.project(hn), before, rtol=0, atol=0)
+
+
 def test_validate_both_backends(both_formats):
     rows = summarize(validate(both_formats))
     assert {r.backend for r in rows} == {"onnxruntime", "executorch"}
