@@ -5,13 +5,14 @@
 # (two conversations of each category, 128 new tokens, greedy, 2 threads): the Python runtime on the same
 # programs at fixed widths and under the rule, hyflash-run (the native runner) target-only and drafted on
 # each, and onnxruntime-genai's int4 with its n-gram speculation in the same run.
-# STAGES picks steps (default all): export validate costs bench.
+# STAGES picks steps (default all): export validate costs bench; PTES the exports validate and costs take.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
 E=${EXPORTS:-runs/exports}
 R=research/smollm2-drafter/results
 STAGES=${STAGES:-export validate costs bench}
+PTES=${PTES:-smol-pte-fp32 smol-pte-int4}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 pair=(--target smollm2-135m-instruct --drafter smollm2-135m-instruct --force --format pte)
 if has export; then
@@ -21,12 +22,12 @@ fi
 if has validate; then
   # the int4 export exits 1 on sampled-text agreement with fp32 below 0.9 (the int4 weights): the graph
   # checks are in the JSON either way
-  for e in smol-pte-fp32 smol-pte-int4; do
+  for e in $PTES; do
     $HF validate "$E/$e" --json > "$R/validate_$e.json" || echo "validate $e: exit $?" >&2
   done
 fi
 if has costs; then
-  for e in smol-pte-fp32 smol-pte-int4; do
+  for e in $PTES; do
     $HF profile "$E/$e" --backend executorch --contexts 256,1024 --repeats 15 --new-tokens 16 --threads 2 \
         --no-optimum --write-costs --out "$R/profile_shipped_$e.json"
   done
