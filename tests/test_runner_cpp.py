@@ -278,6 +278,7 @@ def test_bench_chat_answers_with_the_runner_beside_the_python_runtime(runner, bo
     native = rows["chat/hyflash-run/none"]
     assert report["exact"] and report["runner"] == str(runner) and report["pte_kernels"] == "hyflash"
     assert native["answers"] == 3 and native["same_as_target_only"] == 1.0 and native["speedup"] == 1.0
+    assert native["same_on_first_turns"] == 1.0 and "same_on_first_turns" not in rows["chat/hyflash-run/prompt-lookup"]
     assert native["same_compared_with"] == "chat/none" and native["tau"] == 1.0
     assert [c["answer_tokens"] for c in report["per_conversation"]["chat/hyflash-run/none"]] == \
         [c["answer_tokens"] for c in report["per_conversation"]["chat/none"]]
