@@ -213,6 +213,8 @@ class Drafter(nn.Module):
         self.embed_module = nn.Embedding.from_pretrained(self.embed, freeze=True)
         self.head_module = nn.Linear(self.cfg.hidden_size, self.cfg.head_size, bias=False)
         self.head_module.weight = nn.Parameter(self.head_weight, requires_grad=False)
+        if hasattr(self, "head_rows"):  # the module holds the head now: no second copy in a traced graph
+            del self.head_rows
 
     def embed_tokens(self, tokens):
         return self.embed_module(tokens) if self.embed_module is not None else F.embedding(tokens, self.embed)

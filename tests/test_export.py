@@ -126,6 +126,11 @@ def test_a_draft_vocabulary_head_is_a_constant_of_the_pte_drafter(qwen3_dir, tmp
         module = graph_module(spec, target, pte_drafter(drafter, lambda m, _: m))
         assert not gathers(module)
         torch.testing.assert_close(drafter.project(hn), before, rtol=0, atol=0)
+        # quantized vocabulary tables hold the head as their module: no second, fp32 copy beside it
+        from hyflash.export.quantize import quantize_module
+
+        quantized = pte_drafter(drafter, lambda m, _: quantize_module(m, "none", "int4"))
+        assert "head_rows" not in dict(quantized.named_buffers()) and quantized.head_module is not None
 
 
 def test_validate_both_backends(both_formats):
