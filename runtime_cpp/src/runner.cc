@@ -146,6 +146,7 @@ Runner::Runner(const std::string& folder) : m_(load_manifest(folder)) {
     }
   }
   for (const auto& [name, spec] : m_.graphs) calls_[name] = bind(name, spec.model == "target" ? target_.get() : drafter_.get());
+  calibration_ = read_calibration(m_.raw.at("drafter").find("hybrid"));
   reset_context();
 }
 
@@ -355,9 +356,8 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   stats.prompt_tokens = static_cast<int64_t>(prompt.size());
   Rng rng(cfg.seed);
   const int64_t vocab = m_.vocab, block = m_.block, len = stats.prompt_tokens;
-  // the width rule: this device's costs (read before anything runs) and the drafter's calibration
+  // the width rule: this device's costs, read before anything runs
   std::unique_ptr<WidthRule> rule;
-  const json::Value* calibration = m_.raw.at("drafter").find("hybrid");
   const bool has_confidence = m_.graph("draft_read").has("confidence");
   const bool uses_drafter = cfg.draft && !cfg.lookup;  // the drafter's context is kept (prefill and commits fold)
   if (cfg.draft && cfg.rule) rule = std::make_unique<WidthRule>(read_costs(m_.folder, widths), len, uses_drafter);
@@ -412,7 +412,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
       auto [found, match] = lookup(history, block);
       width = cfg.width;
       if (rule) {
-        chain = lookup_chain(calibration, match, block);
+        chain = lookup_chain(calibration_, match, block);
         width = rule->pick(chain, pos);
       }
       drafts.assign(found.begin(), found.begin() + width - 1);
@@ -421,7 +421,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
       const int64_t* d = draft(anchor, pos, history, stats, draft_out);
       width = cfg.width;
       if (rule && has_confidence) {
-        chain = drafter_chain(calibration, output<float>(calls_.at("draft_read").outputs, draft_out, "confidence"), block);
+        chain = drafter_chain(calibration_, output<float>(calls_.at("draft_read").outputs, draft_out, "confidence"), block);
         width = rule->pick(chain, pos);
       } else if (rule) {
         width = kVerifyRows;  // a block that comes with no estimate: verified whole

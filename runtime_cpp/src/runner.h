@@ -83,6 +83,7 @@ class Runner {
   std::map<std::string, Call> calls_;
   int64_t committed_ = 0;
   std::vector<float> last_logits_;
+  Calibration calibration_;  // the drafter's hybrid tables, for the width rule's chains
   std::vector<float> pending_;  // a resting drafter's committed feature rows, folded up to 8 at a time
   int64_t pending_pos_ = 0, pending_rows_ = 0;
 

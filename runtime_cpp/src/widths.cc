@@ -66,34 +66,44 @@ CostCurve read_costs(const std::string& folder, const std::vector<int64_t>& widt
   return curve;
 }
 
-std::vector<double> drafter_chain(const json::Value* calibration, const float* confidence, int64_t n) {
-  std::vector<double> q(confidence, confidence + n);
-  const json::Value* slots = calibration ? calibration->find("slots") : nullptr;
-  if (slots) {
-    const int64_t min_rounds = calibration->at("min_rounds").as_int();
-    for (int64_t k = 0; k < std::min<int64_t>(n, static_cast<int64_t>(slots->size())); ++k) {
-      const json::Value& table = slots->at(k);
-      // the bin of q[k] among the edges 0, 0.1, ..., 1 (numpy's linspace: i * 0.1, the last exactly 1)
-      int64_t bin = -1;
-      for (int64_t e = 0; e <= 10; ++e)
-        if ((e == 10 ? 1.0 : e * 0.1) <= q[k]) bin = e;
-      bin = std::clamp<int64_t>(bin, 0, static_cast<int64_t>(table.size()) - 1);
-      const json::Value& cell = table.at(bin);
-      if (cell.at("rounds").as_int() >= min_rounds) q[k] = cell.at("realised").as_double();
+Calibration read_calibration(const json::Value* hybrid) {
+  Calibration cal;
+  if (!hybrid) return cal;
+  const int64_t min_rounds = hybrid->at("min_rounds").as_int();
+  auto usable = [&](const json::Value& cell) { return cell.at("rounds").as_int() >= min_rounds; };
+  if (const json::Value* slots = hybrid->find("slots"))
+    for (const auto& table : slots->items) {
+      cal.slots.emplace_back();
+      for (const auto& cell : table.items) cal.slots.back().push_back(usable(cell) ? cell.at("realised").as_double() : -1.0);
     }
+  if (const json::Value* rows = hybrid->find("lookup_slots"))
+    for (const auto& row : rows->items) {
+      cal.lookup.emplace_back();
+      if (usable(row))
+        for (const auto& q : row.at("chain").items) cal.lookup.back().push_back(q.as_double());
+    }
+  return cal;
+}
+
+std::vector<double> drafter_chain(const Calibration& cal, const float* confidence, int64_t n) {
+  std::vector<double> q(confidence, confidence + n);
+  for (int64_t k = 0; k < std::min<int64_t>(n, static_cast<int64_t>(cal.slots.size())); ++k) {
+    const std::vector<double>& table = cal.slots[k];
+    // the bin of q[k] among the edges 0, 0.1, ..., 1 (numpy's linspace: i * 0.1, the last exactly 1)
+    int64_t bin = -1;
+    for (int64_t e = 0; e <= 10; ++e)
+      if ((e == 10 ? 1.0 : e * 0.1) <= q[k]) bin = e;
+    bin = std::clamp<int64_t>(bin, 0, static_cast<int64_t>(table.size()) - 1);
+    if (table[bin] >= 0.0) q[k] = table[bin];
   }
   for (int64_t k = 1; k < n; ++k) q[k] = std::min(q[k], q[k - 1]);
   return q;
 }
 
-std::vector<double> lookup_chain(const json::Value* calibration, int64_t match, int64_t block) {
-  const json::Value* rows = calibration ? calibration->find("lookup_slots") : nullptr;
-  if (rows && rows->size() && rows->at(match).at("rounds").as_int() >= calibration->at("min_rounds").as_int()) {
-    const json::Value& chain = rows->at(match).at("chain");
-    std::vector<double> q;
-    for (int64_t k = 0; k < std::min<int64_t>(block, static_cast<int64_t>(chain.size())); ++k)
-      q.push_back(chain.at(k).as_double());
-    return q;
+std::vector<double> lookup_chain(const Calibration& cal, int64_t match, int64_t block) {
+  if (match < static_cast<int64_t>(cal.lookup.size()) && !cal.lookup[match].empty()) {
+    const std::vector<double>& chain = cal.lookup[match];
+    return {chain.begin(), chain.begin() + std::min<int64_t>(block, static_cast<int64_t>(chain.size()))};
   }
   return std::vector<double>(block, match ? 1.0 : 0.0);
 }

@@ -31,14 +31,21 @@ struct CostCurve {
 // Throws std::invalid_argument (one line: what and the fix).
 CostCurve read_costs(const std::string& folder, const std::vector<int64_t>& widths);
 
-// q_k, the probability that the first k drafts all pass: the head's slot confidences, each read through the
-// drafter's calibration (manifest drafter.hybrid: slots, min_rounds) where that bin holds enough rounds; never
-// rising with k. `calibration` may be null (the head's own figures).
-std::vector<double> drafter_chain(const json::Value* calibration, const float* confidence, int64_t n);
+// The drafter's calibration (manifest drafter.hybrid), read once: per slot, the realised rate of each
+// confidence bin (-1 where the bin holds fewer than min_rounds rounds), and per lookup match length its
+// measured chain (empty where too few rounds). Without a calibration both are empty.
+struct Calibration {
+  std::vector<std::vector<double>> slots, lookup;
+};
+Calibration read_calibration(const json::Value* hybrid);
 
-// q_k for prompt-lookup's block at match length `match`: the calibration's lookup_slots row where it holds enough
-// rounds; otherwise no match verifies nothing and a match, all.
-std::vector<double> lookup_chain(const json::Value* calibration, int64_t match, int64_t block);
+// q_k, the probability that the first k drafts all pass: the head's slot confidences, each read through the
+// calibration's slot table where that bin is usable; never rising with k.
+std::vector<double> drafter_chain(const Calibration& cal, const float* confidence, int64_t n);
+
+// q_k for prompt-lookup's block at match length `match`: the calibration's measured chain where it has one;
+// otherwise no match verifies nothing and a match, all.
+std::vector<double> lookup_chain(const Calibration& cal, int64_t match, int64_t block);
 
 // The rule for one generation: the rate so far (modelled tokens per modelled millisecond), the drafter's
 // cool-down, and the chain correction (realised against expected accepted drafts). uses_drafter false
