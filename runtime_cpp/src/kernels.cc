@@ -11,6 +11,7 @@
 // docs/deploy.md); tested against the Python ops through the runner's token-for-token tests.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -36,25 +37,157 @@ bool fail(KernelRuntimeContext& ctx, const char* what) {
   return false;
 }
 
-// out[x] = sum over j < n of p[j] * v[j * stride + x]: with D fixed the sums stay in registers
-template <int D>
-void weighted_sum(const float* p, int64_t n, const float* v, int64_t stride, float* out) {
-  float o[D] = {};
-  for (int64_t j = 0; j < n; ++j) {
-    const float pj = p[j], *row = v + j * stride;
-#pragma omp simd
-    for (int x = 0; x < D; ++x) o[x] += pj * row[x];
-  }
-  std::copy(o, o + D, out);
+// custom_sdpa computes each query vector alone (one task per batch, query row and query head), and always by
+// the same sequence of operations, whatever the call's row count: a row of an S-row call is bit for bit that
+// row's one-row call, and the threads share the work evenly even when the KV heads do not divide among them.
+// Where the head size is a multiple of 8 the work runs on 8-float vectors:
+//   scores   one query against 8 keys at a time: 8 lane-wise sums down the head dimension, then a fixed tree
+//            that adds each key's 8 lanes (lane_sums); keys past the causal end read a row of zeros;
+//   softmax  the maximum, then exp by a polynomial (exp8: Cephes' range reduction and coefficients), whose
+//            8-lane partial sums are added by the same tree;
+//   output   the weighted V rows, summed key by key in registers.
+// The ISA is chosen when the library loads (GCC's target_clones: AVX2 + FMA where the CPU has them, else the
+// baseline x86-64); one process, one machine code, so every call of a run rounds alike.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(HYFLASH_NO_CLONES)
+#define HYFLASH_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define HYFLASH_CLONES
+#endif
+#define HYFLASH_INLINE inline __attribute__((always_inline))
+
+constexpr int kLanes = 8;
+typedef float f8 __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t i8 __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+HYFLASH_INLINE f8 load8(const float* p) { f8 v; std::memcpy(&v, p, sizeof v); return v; }
+HYFLASH_INLINE void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
+HYFLASH_INLINE f8 splat(float x) { return f8{} + x; }
+HYFLASH_INLINE f8 vmax(f8 a, f8 b) { return a > b ? a : b; }
+
+// (x0+x1, x2+x3, y0+y1, y2+y3, x4+x5, x6+x7, y4+y5, y6+y7)
+HYFLASH_INLINE f8 pairs(f8 x, f8 y) {
+  return __builtin_shufflevector(x, y, 0, 2, 8, 10, 4, 6, 12, 14) + __builtin_shufflevector(x, y, 1, 3, 9, 11, 5, 7, 13, 15);
 }
 
-void weighted_sum_any(const float* p, int64_t n, const float* v, int64_t stride, int64_t d, float* out) {
-  std::fill_n(out, d, 0.f);
-  for (int64_t j = 0; j < n; ++j) {
-    const float pj = p[j], *row = v + j * stride;
-#pragma omp simd
-    for (int64_t x = 0; x < d; ++x) out[x] += pj * row[x];
+// out[r] = the sum of a[r]'s 8 lanes, for r < 8, added in one fixed order: (0+1)+(2+3), then + ((4+5)+(6+7))
+HYFLASH_INLINE f8 lane_sums(const f8* a) {
+  const f8 c0 = pairs(pairs(a[0], a[1]), pairs(a[2], a[3])), c1 = pairs(pairs(a[4], a[5]), pairs(a[6], a[7]));
+  return __builtin_shufflevector(c0, c1, 0, 1, 2, 3, 8, 9, 10, 11) +
+         __builtin_shufflevector(c0, c1, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+HYFLASH_INLINE float lane_sum(f8 a) {
+  const f8 parts[kLanes] = {a};
+  return lane_sums(parts)[0];
+}
+
+HYFLASH_INLINE float lane_max(f8 a) {
+  float best = a[0];
+  for (int i = 1; i < kLanes; ++i) best = std::max(best, a[i]);
+  return best;
+}
+
+// e^x for x <= 0 (a score minus its row's maximum), within 2 ulp; below -86 it gives e^-86 (4e-38, nothing
+// beside the row's 1 for its maximum)
+HYFLASH_INLINE f8 exp8(f8 x) {
+  x = x < splat(-86.f) ? splat(-86.f) : x;
+  const f8 magic = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer held in the low bits
+  const f8 t = x * 1.44269504088896341f + magic, n = t - magic;
+  const f8 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  f8 p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.f;
+  return (f8)((i8)p + ((i8)t - (i8)magic) * (1 << 23));  // p * 2^n: n added to the exponent
+}
+
+// score[j] = q . k_j for j < keys, 8 keys at a time (rows j >= keys of the last block read `zeros`)
+HYFLASH_INLINE void scores8(const float* q, const float* k, int64_t stride, int64_t keys, int64_t d,
+                            const float* zeros, float* score) {
+  for (int64_t j0 = 0; j0 < keys; j0 += kLanes) {
+    const float* rows[kLanes];
+    for (int r = 0; r < kLanes; ++r) rows[r] = j0 + r < keys ? k + (j0 + r) * stride : zeros;
+    f8 acc[kLanes] = {};
+    for (int64_t x = 0; x < d; x += kLanes) {
+      const f8 qx = load8(q + x);
+      for (int r = 0; r < kLanes; ++r) acc[r] += qx * load8(rows[r] + x);
+    }
+    store8(score + j0, lane_sums(acc));
   }
+}
+
+// p[0..keys) <- softmax of score[0..keys) (the block past `keys` is scratch)
+HYFLASH_INLINE void softmax8(float* p, int64_t keys) {
+  const int64_t padded = (keys + kLanes - 1) / kLanes * kLanes;
+  for (int64_t j = keys; j < padded; ++j) p[j] = -INFINITY;
+  f8 best = splat(-INFINITY);
+  for (int64_t j = 0; j < padded; j += kLanes) best = vmax(best, load8(p + j));
+  const f8 top = splat(lane_max(best));
+  f8 total = {};
+  for (int64_t j = 0; j < padded; j += kLanes) {
+    i8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const f8 e = (lane + static_cast<int32_t>(j)) < static_cast<int32_t>(keys) ? exp8(load8(p + j) - top) : f8{};
+    store8(p + j, e);
+    total += e;
+  }
+  const f8 inv = splat(1.f / lane_sum(total));
+  for (int64_t j = 0; j < padded; j += kLanes) store8(p + j, load8(p + j) * inv);
+}
+
+// out = sum over j < keys of p[j] * v_j, key by key, D floats in registers
+template <int64_t D>
+HYFLASH_INLINE void weighted8(const float* p, int64_t keys, const float* v, int64_t stride, float* out) {
+  f8 o[D / kLanes] = {};
+  for (int64_t j = 0; j < keys; ++j) {
+    const f8 pj = splat(p[j]);
+    const float* row = v + j * stride;
+    for (int64_t c = 0; c < D / kLanes; ++c) o[c] += pj * load8(row + c * kLanes);
+  }
+  for (int64_t c = 0; c < D / kLanes; ++c) store8(out + c * kLanes, o[c]);
+}
+
+HYFLASH_INLINE void weighted8_any(const float* p, int64_t keys, const float* v, int64_t stride, int64_t d,
+                                  float* out) {
+  for (int64_t x0 = 0; x0 < d; x0 += 4 * kLanes) {  // 4 vectors of the output at a time
+    const int64_t n = std::min<int64_t>(4, (d - x0) / kLanes);
+    f8 o[4] = {};
+    for (int64_t j = 0; j < keys; ++j) {
+      const f8 pj = splat(p[j]);
+      const float* row = v + j * stride + x0;
+      for (int64_t c = 0; c < n; ++c) o[c] += pj * load8(row + c * kLanes);
+    }
+    for (int64_t c = 0; c < n; ++c) store8(out + x0 + c * kLanes, o[c]);
+  }
+}
+
+// One query vector (already scaled) over keys 0..keys-1; d a multiple of 8. `score` holds keys rounded up to 8.
+HYFLASH_CLONES void attend_vectors(const float* q, const float* k, const float* v, int64_t stride, int64_t keys,
+                                   int64_t d, const float* zeros, float* score, float* out) {
+  scores8(q, k, stride, keys, d, zeros, score);
+  softmax8(score, keys);
+  if (d == 64) weighted8<64>(score, keys, v, stride, out);
+  else if (d == 128) weighted8<128>(score, keys, v, stride, out);
+  else weighted8_any(score, keys, v, stride, d, out);
+}
+
+// The same for any d, one float at a time (head sizes that are not a multiple of 8)
+void attend_scalar(const float* q, const float* k, const float* v, int64_t stride, int64_t keys, int64_t d,
+                   float* score, float* out) {
+  float best = -INFINITY;
+  for (int64_t j = 0; j < keys; ++j) {
+    float dot = 0.f;
+    for (int64_t x = 0; x < d; ++x) dot += q[x] * k[j * stride + x];
+    best = std::max(best, score[j] = dot);
+  }
+  float total = 0.f;
+  for (int64_t j = 0; j < keys; ++j) total += score[j] = std::exp(score[j] - best);
+  const float inv = 1.f / total;
+  std::fill_n(out, d, 0.f);
+  for (int64_t j = 0; j < keys; ++j)
+    for (int64_t x = 0; x < d; ++x) out[x] += score[j] * inv * v[j * stride + x];
 }
 
 }  // namespace
@@ -85,71 +218,23 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
       start_pos + s > t)
     return fail(ctx, "custom_sdpa: shapes do not agree"), out;
   const float factor = static_cast<float>(scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(d)));
-  const int64_t group = hq / hkv;
+  const int64_t group = hq / hkv, stride = hkv * d;
+  const bool vectors = d % kLanes == 0;
   const float *qp = q.const_data_ptr<float>(), *kp = k.const_data_ptr<float>(), *vp = v.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
-  // One task per (batch, KV head): its nq = S x group query vectors share every K and V row they read.
-  // Scores for blocks of 16 queries at once, key by key, vectorised across the queries (Q transposed,
-  // scaled); with few queries (decode) a dot product per query and key. Then a softmax per query over
-  // its causal keys, and its weighted sum of V rows.
-  executorch::extension::parallel_for(0, b * hkv, 1, [&](int64_t begin, int64_t end) {
-    constexpr int kBlock = 16;
-    thread_local std::vector<float> qt_buf, score_buf;
-    const int64_t nq = s * group, keys = start_pos + s, padded = (nq + kBlock - 1) / kBlock * kBlock;
-    qt_buf.resize(d * padded);
-    score_buf.resize(nq * keys);
-    // plain pointers from here: every use of a thread_local object goes through its init wrapper
-    float *qt = qt_buf.data(), *score = score_buf.data();
+  // one task per query vector: (batch, row, query head), in memory order; row i attends to keys 0..start_pos+i
+  executorch::extension::parallel_for(0, b * s * hq, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scratch;
+    const int64_t most = (start_pos + s + kLanes - 1) / kLanes * kLanes;
+    scratch.assign(most + 2 * d, 0.f);  // scores, then the scaled query, then a row of zero keys
+    float *score = scratch.data(), *query = score + most, *zeros = query + d;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t bi = task / hkv, g = task % hkv;
-      auto query = [&](int64_t qi) { return qp + ((bi * s + qi / group) * hq + g * group + qi % group) * d; };
-      auto key_row = [&](const float* base, int64_t j) { return base + ((bi * t + j) * hkv + g) * d; };
-      if (nq >= 8) {  // blocks of kBlock queries: the inner loop is one fixed-width vector
-        std::fill_n(qt, d * padded, 0.f);
-        for (int64_t qi = 0; qi < nq; ++qi)
-          for (int64_t x = 0; x < d; ++x) qt[x * padded + qi] = query(qi)[x] * factor;
-        for (int64_t b0 = 0; b0 < nq; b0 += kBlock)
-          for (int64_t j = 0; j < keys; ++j) {
-            const float* krow = key_row(kp, j);
-            float a[kBlock] = {};
-            for (int64_t x = 0; x < d; ++x) {
-              const float kx = krow[x], *col = qt + x * padded + b0;
-#pragma omp simd
-              for (int q = 0; q < kBlock; ++q) a[q] += kx * col[q];
-            }
-            for (int64_t q = 0; q < kBlock && b0 + q < nq; ++q) score[(b0 + q) * keys + j] = a[q];
-          }
-      } else {  // few queries (decode): a dot product per query and key
-        for (int64_t j = 0; j < keys; ++j) {
-          const float* krow = key_row(kp, j);
-          for (int64_t qi = 0; qi < nq; ++qi) {
-            const float* qrow = query(qi);
-            float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t x = 0; x < d; ++x) dot += qrow[x] * krow[x];
-            score[qi * keys + j] = dot * factor;
-          }
-        }
-      }
-      for (int64_t qi = 0; qi < nq; ++qi) {  // softmax over keys 0..start_pos+i (causal)
-        float* row = score + qi * keys;
-        const int64_t n = start_pos + qi / group + 1;
-        const float best = *std::max_element(row, row + n);
-        float total = 0.f;
-#pragma omp simd reduction(+ : total)
-        for (int64_t j = 0; j < n; ++j) total += row[j] = std::exp(row[j] - best);
-        const float inv = 1.f / total;
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-      }
-      for (int64_t qi = 0; qi < nq; ++qi) {  // the weighted V rows, summed in registers where d is 64 or 128
-        const float* p = score + qi * keys;
-        const int64_t n = start_pos + qi / group + 1;
-        float* orow = op + (query(qi) - qp);
-        if (d == 64) weighted_sum<64>(p, n, vp + (bi * t * hkv + g) * d, hkv * d, orow);
-        else if (d == 128) weighted_sum<128>(p, n, vp + (bi * t * hkv + g) * d, hkv * d, orow);
-        else weighted_sum_any(p, n, vp + (bi * t * hkv + g) * d, hkv * d, d, orow);
-      }
+      const int64_t head = task % hq, row = task / hq % s, bi = task / (hq * s);
+      const int64_t keys = start_pos + row + 1, g = head / group;
+      const float *kh = kp + (bi * t * hkv + g) * d, *vh = vp + (bi * t * hkv + g) * d;
+      for (int64_t x = 0; x < d; ++x) query[x] = qp[task * d + x] * factor;
+      if (vectors) attend_vectors(query, kh, vh, stride, keys, d, zeros, score, op + task * d);
+      else attend_scalar(query, kh, vh, stride, keys, d, score, op + task * d);
     }
   });
   return out;
