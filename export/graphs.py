@@ -33,6 +33,7 @@ from hyflash.runtime_py.manifest import (
     PRESENT_VALUE,
     PTE_FILE,
     PTE_KERNELS,
+    PTE_VERIFY_ATTENTION,
     VERIFY_ROWS,
     VERIFY_WIDTHS,
     cache_names,
@@ -150,8 +151,9 @@ def graph_specs(target: Target, drafter: Drafter, max_context: int, prefill_chun
     return specs
 
 
-def cache_spec(target: Target, max_context: int, dtype: str = "float32") -> dict:
-    """The manifest's `cache` entry: where the target's K/V rows live in each format."""
+def cache_spec(target: Target, max_context: int, dtype: str = "float32", pte_kernels: str = "executorch") -> dict:
+    """The manifest's `cache` entry: where the target's K/V rows live in each format. pte_kernels: the build
+    of the cache kernels the .pte is exact with (`TargetPte`), hence how its verify blocks attend."""
     c = target.cfg
     return {"layers": c.num_layers, "kv_heads": c.num_kv_heads, "rows": max_context, "head_dim": c.head_dim,
             "dtype": dtype,
@@ -163,7 +165,7 @@ def cache_spec(target: Target, max_context: int, dtype: str = "float32") -> dict
                     "shape": [1, max_context, c.num_kv_heads, c.head_dim], "layout": "BSNH",
                     "where": f"mutable buffers of {PTE_FILE}, shared by its target methods "
                              "(load them all from one Program)",
-                    "kernels": list(PTE_KERNELS)}}
+                    "kernels": list(PTE_KERNELS), "verify_attention": PTE_VERIFY_ATTENTION[pte_kernels]}}
 
 
 def onnx_cache_specs(target: Target, max_context: int) -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -216,24 +218,29 @@ class TargetOnnx(nn.Module):
 class TargetPte(nn.Module):
     """(tokens, positions) -> (logits, features); the cache is this module's mutable buffers.
 
-    A verify block (2..VERIFY_ROWS rows) attends row by row, each row by the one-row `custom_sdpa` call
-    that `target_decode` makes at its position, so a verify row is bit for bit the decode step's (the
-    rest of a row is elementwise, a reduction over that row, or an integer-exact product). With one call for the block,
-    `custom_sdpa` rounds a row differently in the last bits, and in an 8da4w target, whose
-    activations are quantized per token, that moves a quantization step: logits up to 0.21 apart in 5
-    of 12 random blocks of the reference target (research/scripts/pte_verify_rows.sh), and speculative output
-    that parts from target-only's.
-    Row by row also measured faster (docs/design.md, "Why the target's forms keep the rows of a block
-    independent"). Prefill chunks wider than a verify block, shared by every mode, attend in one call.
+    A verify row must be bit for bit the decode step at its position (the rest of a row is elementwise, a
+    reduction over that row, or an integer-exact product; in an 8da4w target, whose activations are quantized
+    per token, a last-bit difference in attention moves a quantization step: logits up to 0.21 apart in 5 of 12
+    random blocks of the reference target, research/scripts/pte_verify_rows.sh, and speculative output that
+    parts from target-only's). How a verify block (2..VERIFY_ROWS rows) attends depends on the build of the
+    `custom_sdpa` kernel the program will run with (`pte_kernels`):
+    - "hyflash" (the project's, runtime_cpp/src/kernels.cc): one call for the block. That kernel computes every
+      query vector by the same operations whatever the call's row count, so each row is its one-row call's;
+      the block reads the cache once.
+    - "executorch" (ExecuTorch's LLM kernels, as the Android AAR links them): row by row, each row by the
+      one-row call `target_decode` makes at its position, since ExecuTorch's kernel rounds a row of a block
+      differently in the last bits. Exact with either build; each row reads the whole cache again.
+    Prefill chunks wider than a verify block, shared by every mode, attend in one call.
 
     Needs ExecuTorch's LLM custom ops registered (`hyflash.export.lower` imports them).
     """
 
-    def __init__(self, target: Target, max_context: int):
+    def __init__(self, target: Target, max_context: int, pte_kernels: str = "executorch"):
         super().__init__()
         c = target.cfg
         self.target = target
         self.rows = max_context
+        self.rows_apart = PTE_VERIFY_ATTENTION[pte_kernels] == "rows"
         shape, dtype = (1, max_context, c.num_kv_heads, c.head_dim), target.embed.weight.dtype  # the cache follows
         for i in range(c.num_layers):  # names as the manifest's cache.pte.buffers
             self.register_buffer(f"k_cache_{i}", torch.zeros(shape, dtype=dtype))
@@ -249,7 +256,7 @@ class TargetPte(nn.Module):
             k_cache, v_cache = getattr(self, f"k_cache_{i}"), getattr(self, f"v_cache_{i}")
             torch.ops.llama.update_cache(k, k_cache, start)  # (1, n, kvh, hd) at rows start..
             torch.ops.llama.update_cache(v, v_cache, start)
-            if 1 < n <= VERIFY_ROWS:  # row r: causal from start + r, as target_decode there
+            if 1 < n <= VERIFY_ROWS and self.rows_apart:  # row r: causal from start + r, as target_decode there
                 out = torch.cat([torch.ops.llama.custom_sdpa(q[:, r:r + 1], k_cache, v_cache, start + r, None, 0, True)
                                  for r in range(n)], dim=1)
             else:
@@ -260,10 +267,10 @@ class TargetPte(nn.Module):
 
 
 def graph_module(spec: GraphSpec, target: Target, drafter: Drafter, fmt: str = "onnx",
-                 max_context: int | None = None) -> nn.Module:
-    """The module a graph is traced from. fmt "onnx" | "pte" matters for the target only."""
+                 max_context: int | None = None, pte_kernels: str = "executorch") -> nn.Module:
+    """The module a graph is traced from. fmt "onnx" | "pte" (and pte_kernels) matter for the target only."""
     if spec.model == "target":
-        return (TargetOnnx(target) if fmt == "onnx" else TargetPte(target, max_context)).eval()
+        return (TargetOnnx(target) if fmt == "onnx" else TargetPte(target, max_context, pte_kernels)).eval()
     return DrafterGraph(drafter, spec).eval()
 
 

@@ -119,10 +119,11 @@ def pte_drafter(drafter, quantize):
     return quantize(drafter, "drafter")
 
 
-def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context: int, quantize=None,
-               fuse_quantized: bool = False) -> None:
+def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context: int, pte_kernels: str = "hyflash",
+               quantize=None, fuse_quantized: bool = False) -> None:
     """Graphs -> one .pte whose methods are the graphs, lowered to XNNPACK. quantize(module, model) -> the
-    module to trace ("target" or "drafter").
+    module to trace ("target" or "drafter"). pte_kernels: the build of the cache kernels the program is made
+    exact with (`graphs.TargetPte`).
 
     The target's methods are traced from ONE module, so their cache buffers have the same names
     and `share_mutable_buffers` gives the three methods one cache. One program for both models: ExecuTorch
@@ -142,7 +143,8 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context:
     target_module = quantized_drafter = None  # each model quantized once, its methods traced from it
     for spec in specs:
         if spec.model == "target":
-            target_module = target_module or quantize(graph_module(spec, target, drafter, "pte", max_context), "target")
+            target_module = target_module or quantize(
+                graph_module(spec, target, drafter, "pte", max_context, pte_kernels), "target")
             module = target_module
         else:
             quantized_drafter = quantized_drafter or pte_drafter(drafter, quantize)

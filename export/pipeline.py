@@ -52,6 +52,7 @@ from hyflash.models.target import Target, to_fp16
 from hyflash.runtime_py.manifest import (
     FORMAT_VERSION,
     PTE_FILE,
+    PTE_VERIFY_ATTENTION,
     QUANTIZED_EMBEDDING_KERNELS,
     VERIFY_ROWS,
     VERIFY_WIDTHS,
@@ -82,6 +83,8 @@ class ExportConfig:
     quantize_embeddings: str = "none"  # none | int8 | int4: both models' vocabulary tables; drafter-int8 |
     # drafter-int4: only the drafter's graphs read quantized copies (ONNX), the target's keep theirs
     dtype: str = "fp32"  # fp32 | fp16: weights, graph I/O and the KV cache
+    pte_kernels: str | None = None  # hyflash | executorch: the cache kernels the .pte is exact with (TargetPte);
+    # None: the project's for fp32, ExecuTorch's for fp16 (the project's are float32 only)
     seed: int = 0
     force: bool = False
 
@@ -117,6 +120,13 @@ class ExportConfig:
                              "the tables both models read); add --format onnx, or quantize both models' tables "
                              f"(--quantize-embeddings {self.embeddings('drafter')})")
         check_dtype(self.dtype, self.quantize, self.quantize_target, self.quantize_embeddings)
+        if self.pte_kernels is None:
+            object.__setattr__(self, "pte_kernels", "executorch" if self.dtype == "fp16" else "hyflash")
+        if self.pte_kernels not in PTE_VERIFY_ATTENTION:
+            raise ValueError(f"--pte-kernels must be hyflash or executorch, got {self.pte_kernels!r}")
+        if self.pte_kernels == "hyflash" and self.dtype == "fp16":
+            raise ValueError("--pte-kernels hyflash is for float32 programs (the project's cache kernels are float32 "
+                             "only); an fp16 .pte runs ExecuTorch's: drop --pte-kernels or pass executorch")
 
     def mode(self, model: str) -> str:
         return self.quantize if model == "drafter" else self.quantize_target
@@ -256,7 +266,7 @@ def _onnx(cfg: ExportConfig, spec, target: Target, drafter: Drafter, max_context
 def _pte(cfg: ExportConfig, specs: list, target: Target, drafter: Drafter, max_context: int, path: Path) -> None:
     """One program: the drafter's view of the target's tables is the same bytes, stored once. The target
     is quantized in place: the .pte is the last use of its fp32 weights."""
-    export_pte(specs, target, drafter, path, max_context,
+    export_pte(specs, target, drafter, path, max_context, cfg.pte_kernels,
                quantize=lambda m, model: quantize_module(m, cfg.mode(model), cfg.quantize_embeddings,
                                                          in_place=model == "target"),
                fuse_quantized=cfg.quantize_embeddings != "none")
@@ -347,7 +357,7 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
                     "config": d.to_dict(), **_hybrid(cfg.drafter)},
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,
         "prefill_chunk": cfg.prefill_chunk, "verify_widths": list(cfg.verify_widths), "dtype": cfg.dtype,
-        "cache": cache_spec(target, max_context, FLOAT_DTYPES[cfg.dtype]),
+        "cache": cache_spec(target, max_context, FLOAT_DTYPES[cfg.dtype], cfg.pte_kernels),
         "quantization": {"drafter": cfg.quantize, "target": cfg.quantize_target,
                          "target_compute": cfg.target_compute, "embeddings": cfg.quantize_embeddings,
                          "pte_kernels": list(QUANTIZED_EMBEDDING_KERNELS[cfg.embeddings("target")]),

@@ -9,7 +9,7 @@
   compute in fp32 too), or with `--target-compute int8` int8 compute (accuracy_level 4) and single-token
   steps through the two-row verify graph (TARGET_COMPUTE); `.pte` 8da4w (per-token activation quantization,
   which turns any rounding difference between a verify row and its decode step into a quantization step:
-  the `.pte` verify block attends row by row so that there is none, export.graphs.TargetPte).
+  the `.pte` verify rows attend as their decode steps do, bit for bit, export.graphs.TargetPte).
   Dynamic int8 has per-tensor activation scales that couple rows: never used for the target.
 
 In `int4` the vocabulary projection (hidden -> vocab, the largest matmul, whose error lands on

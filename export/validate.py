@@ -37,7 +37,14 @@ from hyflash.export.graphs import GraphSpec, cache_spec, graph_specs
 from hyflash.models.lookup import MAX_NGRAM, lookup
 from hyflash.models.target import generate
 from hyflash.runtime_py.loop import GenerationConfig, Runtime
-from hyflash.runtime_py.manifest import VERIFY_ROWS, ArtifactError, load_manifest, verify_graph
+from hyflash.runtime_py.manifest import (
+    PTE_VERIFY_ATTENTION,
+    VERIFY_ROWS,
+    ArtifactError,
+    load_manifest,
+    pte_verify_attention,
+    verify_graph,
+)
 from hyflash.runtime_py.native import run_native, runner_path
 
 
@@ -98,7 +105,12 @@ def check_declarations(folder: Path, manifest: dict, specs: dict[str, GraphSpec]
                 raise ArtifactError(f"{folder}: graph {name!r} {kind} in the manifest differ from the model's")
     if set(manifest["graphs"]) != set(specs):
         raise ArtifactError(f"{folder}: manifest has graphs {sorted(manifest['graphs'])}, expected {sorted(specs)}")
-    if manifest["cache"] != cache_spec(target, manifest["max_context"], manifest["cache"]["dtype"]):
+    cache = manifest["cache"]
+    kernels = {v: k for k, v in PTE_VERIFY_ATTENTION.items()}[pte_verify_attention(cache)]
+    expected = cache_spec(target, manifest["max_context"], cache["dtype"], kernels)
+    if "verify_attention" not in cache["pte"]:  # written before the field: its blocks attend row by row
+        del expected["pte"]["verify_attention"]
+    if cache != expected:
         raise ArtifactError(f"{folder}: the manifest's cache entry differs from the model's")
 
 

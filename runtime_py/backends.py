@@ -29,7 +29,7 @@ import numpy as np
 
 from hyflash.models.quiet import quiet_loggers
 from hyflash.runtime_py import ptekernels
-from hyflash.runtime_py.manifest import ArtifactError, Contract
+from hyflash.runtime_py.manifest import ArtifactError, Contract, pte_verify_attention
 from hyflash.runtime_py.state import TargetCache
 
 BACKENDS = ("onnxruntime", "executorch", "eager")
@@ -185,6 +185,10 @@ class PteBackend(Backend):
                     ptekernels.load()
                     self.kernels = "hyflash"
                 else:
+                    if pte_verify_attention(contract.cache) == "block":  # its rows are decode steps with ours only
+                        raise ValueError(f"{folder}: this program's verify blocks attend in one call, exact only with "
+                                         "the project's cache kernels; run it with --pte-kernels hyflash, or "
+                                         "re-export with --pte-kernels executorch")
                     load_executorch_blas()
                     from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401
 

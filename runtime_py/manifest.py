@@ -25,11 +25,19 @@ PAST_KEY, PAST_VALUE = "past_key.{layer}", "past_value.{layer}"  # ONNX target g
 PRESENT_KEY, PRESENT_VALUE = "present_key.{layer}", "present_value.{layer}"  # ... bound to the same buffers
 PTE_FILE = "model.pte"  # the one ExecuTorch program: target and drafter methods, shared tables stored once
 PTE_KERNELS = ("llama::update_cache", "llama::custom_sdpa")  # the target methods need these beyond stock XNNPACK
+# how a .pte's verify blocks attend (cache.pte.verify_attention), by the build of those kernels the program is
+# made exact with (export.graphs.TargetPte): one call per block, or one per row
+PTE_VERIFY_ATTENTION = {"hyflash": "block", "executorch": "rows"}
 # --quantize-embeddings: the program also needs ExecuTorch's quantized kernels library for these
 QUANTIZED_EMBEDDING_KERNELS = {"none": (), "int8": ("quantized_decomposed::embedding_byte",),
                                "int4": ("quantized_decomposed::embedding_4bit",)}
 REQUIRED = ("format_version", "graphs", "files", "target", "drafter", "block", "window", "max_context",
             "prefill_chunk", "verify_widths", "cache", "quantization", "memory", "versions")
+
+
+def pte_verify_attention(cache: dict) -> str:
+    """"block" or "rows" (exports written before the field attend row by row)."""
+    return cache["pte"].get("verify_attention", "rows")
 
 
 def verify_graph(width: int) -> str:
@@ -196,6 +204,9 @@ def check_consistency(path: Path, m: dict) -> None:
     same("cache.pte.shape", cache["pte"]["shape"], "[1, rows, kv_heads, head_dim]",
          [1, cache["rows"], cache["kv_heads"], cache["head_dim"]])
     same("cache.layers", cache["layers"], "target.config.num_hidden_layers", target.get("num_hidden_layers"))
+    if pte_verify_attention(cache) not in PTE_VERIFY_ATTENTION.values():
+        raise ArtifactError(f"{path}: cache.pte.verify_attention is {cache['pte']['verify_attention']!r}; expected "
+                            "block or rows: re-export")
     same("block", m["block"], "drafter.config.block", m["drafter"]["config"].get("block"))
     same("block", m["block"], "draft_read.draft_tokens shape[0]", shape("draft_read", "draft_tokens")[0])
     same("block + 1", m["block"] + 1, "the verify width", VERIFY_ROWS)

@@ -106,6 +106,14 @@ def both_formats(qwen3_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def rows_pte(qwen3_dir, tmp_path_factory):
+    """The same pair as a program made exact with ExecuTorch's cache kernels (--pte-kernels executorch: a verify
+    block attends row by row), as apps linking ExecuTorch's LLM kernels run it; the widest verify only."""
+    return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("rows") / "pte", "pte",
+                         "--pte-kernels", "executorch", "--verify-widths", "8")
+
+
+@pytest.fixture(scope="session")
 def int4_embeddings(qwen3_dir, tmp_path_factory):
     """The tiny Qwen3 (tied embedding and LM head) with only its vocabulary tables quantized, ONNX only."""
     return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("qe") / "int4", "onnx", *INT4_TABLES)

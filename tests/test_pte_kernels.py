@@ -84,11 +84,11 @@ print(json.dumps({{"kernels": runtime.backend.kernels, "sgemm": info.fname.decod
 """
 
 
-def test_executorch_kernels_multiply_with_executorchs_blas(both_formats):
+def test_executorch_kernels_multiply_with_executorchs_blas(rows_pte):
     """ExecuTorch's custom_sdpa calls an external sgemm_: an app linking its LLM kernels gets ExecuTorch's BLAS
     (libexecutorch_kernels_optimized.so), and so does the Python runtime with --pte-kernels executorch (not the
     MKL in libtorch_cpu, whose last bits moved 13 of 13 greedy answers on SmolLM2's int4 .pte)."""
-    got = _run_in_a_new_process(SGEMM_FROM.format(kernels="executorch", folder=str(both_formats)))
+    got = _run_in_a_new_process(SGEMM_FROM.format(kernels="executorch", folder=str(rows_pte)))
     assert got["kernels"] == "executorch" and got["sgemm"].endswith("libexecutorch_kernels_optimized.so"), got
 
 
@@ -108,8 +108,8 @@ assert main(["export", "--target", {str(qwen3_dir)!r}, "--drafter", "random", "-
     assert code == 0 and c["tokens"] == got["tokens"], err
 
 
-def test_the_choice_is_named_in_the_json(both_formats, capsys):
-    args = ["generate", both_formats, "--prompt-ids", "3,4,5", "--max-new-tokens", "4", "--backend", "executorch",
+def test_the_choice_is_named_in_the_json(rows_pte, capsys):
+    args = ["generate", rows_pte, "--prompt-ids", "3,4,5", "--max-new-tokens", "4", "--backend", "executorch",
             "--threads", "1", "--json"]
     assert main([*map(str, args), "--pte-kernels", "hyflash"]) == 0  # this process's choice, as in every test
     reports = [json.loads(capsys.readouterr().out.splitlines()[-1])]
@@ -117,6 +117,58 @@ def test_the_choice_is_named_in_the_json(both_formats, capsys):
     assert out.returncode == 0, out.stderr
     reports.append(json.loads(out.stdout.splitlines()[-1]))
     assert [(r["pte_kernels"], r["threads"]) for r in reports] == [("hyflash", 1), ("executorch", 1)]
+
+
+VERIFY_ROWS_ARE_STEPS = """
+import json
+import numpy as np
+from hyflash.runtime_py import ptekernels
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.manifest import pte_verify_attention
+
+ptekernels.choose({kernels!r})
+runtime, rng, pos, worst = Runtime({folder!r}, "executorch"), np.random.default_rng(0), 40, 0.0
+runtime.prefill(rng.integers(3, runtime.vocab, pos).tolist(), False, Stats())
+for b in range(4):  # each verify row against the decode step at its position
+    block = rng.integers(3, runtime.vocab, 8).tolist()
+    verify = runtime.run_target("target_verify", block, pos)[0].copy()
+    for i, token in enumerate(block):
+        decode = runtime.run_target("target_decode", [token], pos + i)[0][0]
+        worst = max(worst, float(np.abs(decode - verify[i]).max()))
+        runtime.commit_rows([token], pos + i)
+    pos += 8
+runtime = Runtime({folder!r}, "executorch")
+tokens = {{d: [t for new in runtime.generate([3, 4, 5, 3, 4], GenerationConfig(max_new_tokens=24, ignore_eos=True, draft=d))
+              for t in new] for d in ("model", "prompt-lookup", "none")}}
+print(json.dumps({{"attention": pte_verify_attention(runtime.manifest["cache"]), "kernels": runtime.backend.kernels,
+                  "worst": worst, "exact": tokens["model"] == tokens["none"] == tokens["prompt-lookup"]}}))
+"""
+
+
+@pytest.mark.parametrize("program, kernels, attention", [("both_formats", "hyflash", "block"),
+                                                         ("rows_pte", "executorch", "rows"),
+                                                         ("rows_pte", "hyflash", "rows")])
+def test_verify_rows_are_decode_steps(request, runner, program, kernels, attention):
+    """The default program (--pte-kernels hyflash) verifies a block in one custom_sdpa call, the other row by
+    row; with the kernels each is made for (and the row by row one with either build) every verify row is the
+    decode step at its position, bit for bit, and drafted output is target-only's."""
+    got = _run_in_a_new_process(VERIFY_ROWS_ARE_STEPS.format(kernels=kernels, folder=str(request.getfixturevalue(program))))
+    assert got == {"attention": attention, "kernels": kernels, "worst": 0.0, "exact": True}
+
+
+def test_a_block_program_refuses_executorchs_kernels(both_formats, tmp_path):
+    """ExecuTorch's kernel rounds a row of a block unlike the row alone: a program that verifies in one call is
+    refused with ExecuTorch's kernels (one line naming both fixes), and an fp16 program (which runs ExecuTorch's
+    kernels) cannot be made for the project's."""
+    out = hyflash("generate", both_formats, "--prompt-ids", "3,4,5", "--max-new-tokens", "4", "--backend", "executorch",
+                  "--pte-kernels", "executorch")
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    err = out.stderr.strip().splitlines()[-1]
+    assert "--pte-kernels hyflash" in err and "re-export with --pte-kernels executorch" in err
+    out = hyflash("export", "--target", "reference", "--drafter", "random", "--out", tmp_path / "x", "--format", "pte",
+                  "--dtype", "fp16", "--pte-kernels", "hyflash")
+    assert out.returncode == 2 and "float32 programs" in out.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_runner_refuses_the_kernels_it_was_not_built_with(runner, both_formats):

@@ -18,7 +18,8 @@ def cmd_export(args) -> int:
                        max_context=args.max_context, prefill_chunk=args.prefill_chunk,
                        verify_widths=args.verify_widths, quantize=args.quantize,
                        quantize_target=args.quantize_target, target_compute=args.target_compute,
-                       quantize_embeddings=args.quantize_embeddings, dtype=args.dtype, seed=args.seed, force=args.force)
+                       quantize_embeddings=args.quantize_embeddings, dtype=args.dtype, pte_kernels=args.program_kernels,
+                       seed=args.seed, force=args.force)
     manifest = export(cfg, progress=True)
     summary = {"out": str(args.out), "graphs": sorted(manifest["graphs"]), "drafter": manifest["drafter"]["name"],
                "max_context": manifest["max_context"], "window": manifest["window"],
@@ -80,6 +81,11 @@ def _export_parser(sub) -> None:
     p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32",
                    help="the graphs' float dtype, weights, I/O and KV cache alike (bf16 is refused: no CPU backend "
                         "here runs it)")
+    p.add_argument("--pte-kernels", choices=["hyflash", "executorch"], default=None, dest="program_kernels",
+                   help=".pte: the build of the target's cache kernels the program is exact with. hyflash (default "
+                        "for fp32): the project's, as hyflash-run and the Python runtime load them; a verify block "
+                        "then attends in one call. executorch (default for fp16): ExecuTorch's LLM kernels, as "
+                        "apps linking them run; a verify block attends row by row (exact with either build)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--json", action="store_true")

@@ -104,22 +104,7 @@ HYFLASH_INLINE f8 exp8(f8 x) {
   return (f8)((i8)p + ((i8)t - (i8)magic) * (1 << 23));  // p * 2^n: n added to the exponent
 }
 
-// score[j] = q . k_j for j < keys, 8 keys at a time (rows j >= keys of the last block read `zeros`)
-HYFLASH_INLINE void scores8(const float* q, const float* k, int64_t stride, int64_t keys, int64_t d,
-                            const float* zeros, float* score) {
-  for (int64_t j0 = 0; j0 < keys; j0 += kLanes) {
-    const float* rows[kLanes];
-    for (int r = 0; r < kLanes; ++r) rows[r] = j0 + r < keys ? k + (j0 + r) * stride : zeros;
-    f8 acc[kLanes] = {};
-    for (int64_t x = 0; x < d; x += kLanes) {
-      const f8 qx = load8(q + x);
-      for (int r = 0; r < kLanes; ++r) acc[r] += qx * load8(rows[r] + x);
-    }
-    store8(score + j0, lane_sums(acc));
-  }
-}
-
-// p[0..keys) <- softmax of score[0..keys) (the block past `keys` is scratch)
+// p[0..keys) <- softmax of p[0..keys) (the block past `keys` is scratch)
 HYFLASH_INLINE void softmax8(float* p, int64_t keys) {
   const int64_t padded = (keys + kLanes - 1) / kLanes * kLanes;
   for (int64_t j = keys; j < padded; ++j) p[j] = -INFINITY;
@@ -128,7 +113,7 @@ HYFLASH_INLINE void softmax8(float* p, int64_t keys) {
   const f8 top = splat(lane_max(best));
   f8 total = {};
   for (int64_t j = 0; j < padded; j += kLanes) {
-    i8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const i8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
     const f8 e = (lane + static_cast<int32_t>(j)) < static_cast<int32_t>(keys) ? exp8(load8(p + j) - top) : f8{};
     store8(p + j, e);
     total += e;
@@ -137,40 +122,61 @@ HYFLASH_INLINE void softmax8(float* p, int64_t keys) {
   for (int64_t j = 0; j < padded; j += kLanes) store8(p + j, load8(p + j) * inv);
 }
 
-// out = sum over j < keys of p[j] * v_j, key by key, D floats in registers
-template <int64_t D>
-HYFLASH_INLINE void weighted8(const float* p, int64_t keys, const float* v, int64_t stride, float* out) {
-  f8 o[D / kLanes] = {};
-  for (int64_t j = 0; j < keys; ++j) {
+// out[0..C*8) += sum over j in [j0, j1) of p[j] * v_j, key by key in registers (out holds the keys before j0)
+template <int64_t C>
+HYFLASH_INLINE void weighted8(const float* p, int64_t j0, int64_t j1, const float* v, int64_t stride, float* out) {
+  f8 o[C];
+  for (int64_t c = 0; c < C; ++c) o[c] = j0 == 0 ? f8{} : load8(out + c * kLanes);
+  for (int64_t j = j0; j < j1; ++j) {
     const f8 pj = splat(p[j]);
     const float* row = v + j * stride;
-    for (int64_t c = 0; c < D / kLanes; ++c) o[c] += pj * load8(row + c * kLanes);
+    for (int64_t c = 0; c < C; ++c) o[c] += pj * load8(row + c * kLanes);
   }
-  for (int64_t c = 0; c < D / kLanes; ++c) store8(out + c * kLanes, o[c]);
+  for (int64_t c = 0; c < C; ++c) store8(out + c * kLanes, o[c]);
 }
 
-HYFLASH_INLINE void weighted8_any(const float* p, int64_t keys, const float* v, int64_t stride, int64_t d,
+HYFLASH_INLINE void weighted8_any(const float* p, int64_t j0, int64_t j1, const float* v, int64_t stride, int64_t d,
                                   float* out) {
-  for (int64_t x0 = 0; x0 < d; x0 += 4 * kLanes) {  // 4 vectors of the output at a time
-    const int64_t n = std::min<int64_t>(4, (d - x0) / kLanes);
-    f8 o[4] = {};
-    for (int64_t j = 0; j < keys; ++j) {
-      const f8 pj = splat(p[j]);
-      const float* row = v + j * stride + x0;
-      for (int64_t c = 0; c < n; ++c) o[c] += pj * load8(row + c * kLanes);
-    }
-    for (int64_t c = 0; c < n; ++c) store8(out + x0 + c * kLanes, o[c]);
-  }
+  for (int64_t x = 0; x + 4 * kLanes <= d; x += 4 * kLanes) weighted8<4>(p, j0, j1, v + x, stride, out + x);
+  for (int64_t x = d / (4 * kLanes) * (4 * kLanes); x < d; x += kLanes) weighted8<1>(p, j0, j1, v + x, stride, out + x);
 }
 
-// One query vector (already scaled) over keys 0..keys-1; d a multiple of 8. `score` holds keys rounded up to 8.
-HYFLASH_CLONES void attend_vectors(const float* q, const float* k, const float* v, int64_t stride, int64_t keys,
-                                   int64_t d, const float* zeros, float* score, float* out) {
-  scores8(q, k, stride, keys, d, zeros, score);
-  softmax8(score, keys);
-  if (d == 64) weighted8<64>(score, keys, v, stride, out);
-  else if (d == 128) weighted8<128>(score, keys, v, stride, out);
-  else weighted8_any(score, keys, v, stride, d, out);
+constexpr int64_t kTile = 64;  // keys whose V rows are summed into every query before the next ones
+
+// The nq queries of one KV head (already scaled; query i attends to keys 0..keys[i]-1, keys[] ascending; d a
+// multiple of 8), with its K and V rows `stride` floats apart: every K and V row is read once for all of them,
+// and each query's arithmetic is what it would be alone: its scores 8 keys at a time (lane r of a block is key
+// r's, added by lane_sums; rows past the last key read `zeros`), its softmax, its V rows summed key by key
+// (64 keys at a time, the sums kept in `out` between tiles: stored and reloaded exactly). `score` holds nq
+// rows of `span` floats (the last query's keys rounded up to 8).
+HYFLASH_CLONES void attend_group(const float* q, int64_t nq, const int64_t* keys, const float* k, const float* v,
+                                 int64_t stride, int64_t d, const float* zeros, float* score, int64_t span,
+                                 float* const* out) {
+  const int64_t most = keys[nq - 1];
+  for (int64_t j0 = 0; j0 < most; j0 += kLanes) {
+    const float* rows[kLanes];
+    for (int r = 0; r < kLanes; ++r) rows[r] = j0 + r < most ? k + (j0 + r) * stride : zeros;
+    for (int64_t i = 0; i < nq; ++i) {
+      if (j0 >= keys[i]) continue;
+      const float* qi = q + i * d;
+      f8 acc[kLanes] = {};
+      for (int64_t x = 0; x < d; x += kLanes) {
+        const f8 qx = load8(qi + x);
+        for (int r = 0; r < kLanes; ++r) acc[r] += qx * load8(rows[r] + x);
+      }
+      store8(score + i * span + j0, lane_sums(acc));
+    }
+  }
+  for (int64_t i = 0; i < nq; ++i) softmax8(score + i * span, keys[i]);
+  for (int64_t j0 = 0; j0 < most; j0 += kTile)
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t j1 = std::min(j0 + kTile, keys[i]);
+      if (j1 <= j0) continue;
+      const float* p = score + i * span;
+      if (d == 64) weighted8<8>(p, j0, j1, v, stride, out[i]);
+      else if (d == 128) weighted8<16>(p, j0, j1, v, stride, out[i]);
+      else weighted8_any(p, j0, j1, v, stride, d, out[i]);
+    }
 }
 
 // The same for any d, one float at a time (head sizes that are not a multiple of 8)
@@ -222,19 +228,35 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
   const bool vectors = d % kLanes == 0;
   const float *qp = q.const_data_ptr<float>(), *kp = k.const_data_ptr<float>(), *vp = v.const_data_ptr<float>();
   float* op = out.mutable_data_ptr<float>();
-  // one task per query vector: (batch, row, query head), in memory order; row i attends to keys 0..start_pos+i
-  executorch::extension::parallel_for(0, b * s * hq, 1, [&](int64_t begin, int64_t end) {
+  // one task per (batch, KV head, block of rows): the queries that read one KV head's rows. The rows are split
+  // so that the threads get at least two tasks each and a task holds at most 24 queries (8 rows of SmolLM2).
+  const int64_t heads = b * hkv, want = 2 * std::max<int64_t>(1, executorch::extension::get_thread_count());
+  const int64_t per = std::max<int64_t>(1, std::min((s * heads + want - 1) / want, std::max<int64_t>(1, 24 / group)));
+  const int64_t blocks = (s + per - 1) / per;
+  executorch::extension::parallel_for(0, heads * blocks, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch;
-    const int64_t most = (start_pos + s + kLanes - 1) / kLanes * kLanes;
-    scratch.assign(most + 2 * d, 0.f);  // scores, then the scaled query, then a row of zero keys
-    float *score = scratch.data(), *query = score + most, *zeros = query + d;
+    thread_local std::vector<int64_t> keys;
+    thread_local std::vector<float*> outs;
+    const int64_t span = (start_pos + s + kLanes - 1) / kLanes * kLanes, most = per * group;
+    scratch.assign(most * (span + d) + d, 0.f);  // scores, the scaled queries, a row of zero keys
+    keys.resize(most);
+    outs.resize(most);
+    float *score = scratch.data(), *query = score + most * span, *zeros = query + most * d;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t head = task % hq, row = task / hq % s, bi = task / (hq * s);
-      const int64_t keys = start_pos + row + 1, g = head / group;
+      const int64_t head = task / blocks, r0 = task % blocks * per, r1 = std::min(s, r0 + per);
+      const int64_t bi = head / hkv, g = head % hkv, nq = (r1 - r0) * group;
       const float *kh = kp + (bi * t * hkv + g) * d, *vh = vp + (bi * t * hkv + g) * d;
-      for (int64_t x = 0; x < d; ++x) query[x] = qp[task * d + x] * factor;
-      if (vectors) attend_vectors(query, kh, vh, stride, keys, d, zeros, score, op + task * d);
-      else attend_scalar(query, kh, vh, stride, keys, d, score, op + task * d);
+      for (int64_t i = 0; i < nq; ++i) {  // query i: row r0 + i / group, query head g * group + i % group
+        const int64_t at = ((bi * s + r0 + i / group) * hq + g * group + i % group) * d;
+        for (int64_t x = 0; x < d; ++x) query[i * d + x] = qp[at + x] * factor;
+        keys[i] = start_pos + r0 + i / group + 1;
+        outs[i] = op + at;
+      }
+      if (vectors) {
+        attend_group(query, nq, keys.data(), kh, vh, stride, d, zeros, score, span, outs.data());
+      } else {
+        for (int64_t i = 0; i < nq; ++i) attend_scalar(query + i * d, kh, vh, stride, keys[i], d, score, outs[i]);
+      }
     }
   });
   return out;

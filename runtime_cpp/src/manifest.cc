@@ -101,6 +101,8 @@ void check_consistency(const std::string& path, const Manifest& m) {
          std::vector<int64_t>{1, kvh, rows, hd});
   c.same("cache.pte.shape", ints(cache.at("pte").at("shape")), "[1, rows, kv_heads, head_dim]",
          std::vector<int64_t>{1, rows, kvh, hd});
+  if (m.pte_verify_attention != "block" && m.pte_verify_attention != "rows")
+    throw ArtifactError(path + ": cache.pte.verify_attention is not block or rows: re-export");
   c.same("cache.layers", cache.at("layers").as_int(), "target.config.num_hidden_layers",
          target.at("num_hidden_layers").as_int());
   c.same("block", m.block, "drafter.config.block", drafter.at("block").as_int());
@@ -175,6 +177,8 @@ void read_contract(Manifest& m) {
   m.verify_widths = ints(raw.at("verify_widths"));
   m.has_memory = m.graphs.count("state_commit") > 0;
   m.drafter_name = raw.at("drafter").at("name").as_string();
+  if (const json::Value* how = raw.at("cache").at("pte").find("verify_attention"))  // absent: "rows"
+    m.pte_verify_attention = how->is_string() ? how->text : "";
   const json::Value* generation = raw.find("generation");  // exports before it: config.json's EOS only
   const json::Value* eos = generation && generation->find("eos_token_ids") ? generation->find("eos_token_ids")
                                                                            : raw.at("target").at("config").find("eos_token_id");

@@ -46,6 +46,9 @@ struct Manifest {
   std::vector<int64_t> eos;  // generation.eos_token_ids, else target.config.eos_token_id
   std::vector<int64_t> verify_widths;  // 2..8, sorted, 8 among them: target_verify_{w} (target_verify for 8)
   std::string drafter_name;
+  // cache.pte.verify_attention: "block" (a verify block attends in one custom_sdpa call: its rows are the
+  // decode steps' with the project's kernels only) or "rows" (one call per row; exports before the field)
+  std::string pte_verify_attention = "rows";
 
   const GraphSpec& graph(const std::string& name) const;
   int64_t usable_context() const { return max_context - kVerifyRows; }
