@@ -35,9 +35,12 @@ REQUIRED = ("format_version", "graphs", "files", "target", "drafter", "block", "
             "prefill_chunk", "verify_widths", "cache", "quantization", "memory", "versions")
 
 
-def pte_verify_attention(cache: dict) -> str:
+def pte_verify_attention(cache: dict, path: Path | None = None) -> str:
     """"block" or "rows" (exports written before the field attend row by row)."""
-    return cache["pte"].get("verify_attention", "rows")
+    how = cache["pte"].get("verify_attention", "rows")
+    if how not in PTE_VERIFY_ATTENTION.values():
+        raise ArtifactError(f"{path}: cache.pte.verify_attention is {how!r}; expected block or rows: re-export")
+    return how
 
 
 def verify_graph(width: int) -> str:
@@ -204,9 +207,6 @@ def check_consistency(path: Path, m: dict) -> None:
     same("cache.pte.shape", cache["pte"]["shape"], "[1, rows, kv_heads, head_dim]",
          [1, cache["rows"], cache["kv_heads"], cache["head_dim"]])
     same("cache.layers", cache["layers"], "target.config.num_hidden_layers", target.get("num_hidden_layers"))
-    if pte_verify_attention(cache) not in PTE_VERIFY_ATTENTION.values():
-        raise ArtifactError(f"{path}: cache.pte.verify_attention is {cache['pte']['verify_attention']!r}; expected "
-                            "block or rows: re-export")
     same("block", m["block"], "drafter.config.block", m["drafter"]["config"].get("block"))
     same("block", m["block"], "draft_read.draft_tokens shape[0]", shape("draft_read", "draft_tokens")[0])
     same("block + 1", m["block"] + 1, "the verify width", VERIFY_ROWS)
@@ -270,6 +270,7 @@ def load_manifest(folder: str | Path) -> dict:
                 raise ArtifactError(f"{path}: graph {name!r} uses {rel!r}, which has no checksum; re-export")
     try:
         check_consistency(path, manifest)
+        pte_verify_attention(manifest["cache"], path)
     except (KeyError, TypeError, IndexError, AttributeError) as e:
         raise ArtifactError(f"{path}: malformed entry ({type(e).__name__}: {e}); re-export") from None
     verify_files(folder, manifest["files"])

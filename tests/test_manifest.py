@@ -42,6 +42,8 @@ EDITS = {  # name: (edit, words the one-line error must hold: the field and both
              ["(anchor) has name 'anchor' in the manifest but 'anchor_token' in the graph"]),
     "path": (lambda m: m["graphs"]["draft_read"].update(onnx="onnx/window_shift.onnx"),
              ["window_shift.onnx", "'anchor_token' in the manifest but 'features' in the graph"]),
+    "verify attention": (lambda m: m["cache"]["pte"].update(verify_attention="columns"),
+                         ["cache.pte.verify_attention is 'columns'", "block or rows"]),
 }
 
 

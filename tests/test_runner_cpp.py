@@ -194,6 +194,14 @@ def _undeclared_width(folder):
     (folder / "manifest.json").write_text(json.dumps(seal({**m, "verify_widths": [2, 4, 6, 8]})))
 
 
+def _unknown_verify_attention(folder):
+    from hyflash.runtime_py.manifest import seal
+
+    m = json.loads((folder / "manifest.json").read_text())
+    m["cache"]["pte"]["verify_attention"] = "columns"
+    (folder / "manifest.json").write_text(json.dumps(seal(m)))
+
+
 BAD = {
     "no folder": (lambda f, t: t / "nowhere", [1, 2], "not a folder"),
     "model.pte changed": (lambda f, t: _tampered(f, t, lambda c: _flip_byte(c / "model.pte")), [1, 2],
@@ -202,6 +210,8 @@ BAD = {
                           "missing from the export"),
     "manifest edited": (lambda f, t: _tampered(f, t, _edit_manifest), [1, 2], "manifest_sha256"),
     "a verify width without its graph": (lambda f, t: _tampered(f, t, _undeclared_width), [1, 2], "target_verify_6"),
+    "an unknown verify attention": (lambda f, t: _tampered(f, t, _unknown_verify_attention), [1, 2],
+                                    "cache.pte.verify_attention is not block or rows"),
     "id outside the vocabulary": (lambda f, t: f, [5, 96], "outside the vocabulary (0..95)"),
     "prompt too long": (lambda f, t: f, list(range(88)), "usable context is 88"),
     "empty prompt": (lambda f, t: f, [], "expects an integer"),
