@@ -37,15 +37,15 @@ bool fail(KernelRuntimeContext& ctx, const char* what) {
   return false;
 }
 
-// custom_sdpa computes each query vector alone (one task per batch, query row and query head), and always by
-// the same sequence of operations, whatever the call's row count: a row of an S-row call is bit for bit that
-// row's one-row call, and the threads share the work evenly even when the KV heads do not divide among them.
-// Where the head size is a multiple of 8 the work runs on 8-float vectors:
-//   scores   one query against 8 keys at a time: 8 lane-wise sums down the head dimension, then a fixed tree
-//            that adds each key's 8 lanes (lane_sums); keys past the causal end read a row of zeros;
+// custom_sdpa computes each query vector by the same sequence of operations whatever the call's row count, so
+// a row of an S-row call is bit for bit that row's one-row call. A task is one KV head and a block of rows: its
+// K and V rows are read once for all the queries that share them. Where the head size is a multiple of 8 the
+// work runs on 8-float vectors (attend_group):
+//   scores   a query against 8 keys at a time: 8 lane-wise sums down the head dimension, then a fixed tree
+//            that adds each key's 8 lanes (lane_sums);
 //   softmax  the maximum, then exp by a polynomial (exp8: Cephes' range reduction and coefficients), whose
 //            8-lane partial sums are added by the same tree;
-//   output   the weighted V rows, summed key by key in registers.
+//   output   the weighted V rows, summed key by key.
 // The ISA is chosen when the library loads (GCC's target_clones: AVX2 + FMA where the CPU has them, else the
 // baseline x86-64); one process, one machine code, so every call of a run rounds alike.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(HYFLASH_NO_CLONES)
