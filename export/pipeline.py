@@ -124,7 +124,7 @@ class ExportConfig:
             object.__setattr__(self, "pte_kernels", "executorch" if self.dtype == "fp16" else "hyflash")
         if self.pte_kernels not in PTE_VERIFY_ATTENTION:
             raise ValueError(f"--pte-kernels must be hyflash or executorch, got {self.pte_kernels!r}")
-        if self.pte_kernels == "hyflash" and self.dtype == "fp16":
+        if self.pte_kernels == "hyflash" and self.dtype == "fp16" and "pte" in self.formats:
             raise ValueError("--pte-kernels hyflash is for float32 programs (the project's cache kernels are float32 "
                              "only); an fp16 .pte runs ExecuTorch's: drop --pte-kernels or pass executorch")
 
