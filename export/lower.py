@@ -119,7 +119,7 @@ def pte_drafter(drafter, quantize):
     return quantize(drafter, "drafter")
 
 
-def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context: int, pte_kernels: str = "hyflash",
+def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context: int, pte_kernels: str = "executorch",
                quantize=None, fuse_quantized: bool = False) -> None:
     """Graphs -> one .pte whose methods are the graphs, lowered to XNNPACK. quantize(module, model) -> the
     module to trace ("target" or "drafter"). pte_kernels: the build of the cache kernels the program is made

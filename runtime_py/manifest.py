@@ -15,7 +15,9 @@ from pathlib import Path
 from hyflash.models.config import read_json_object
 from hyflash.models.files import sha256
 
-FORMAT_VERSION = 3  # 2: target caches in place (per-layer ONNX past/present, .pte mutable buffers); 3: verify widths
+FORMAT_VERSION = 4  # 2: target caches in place (per-layer ONNX past/present, .pte mutable buffers); 3: verify widths;
+# 4: cache.pte.verify_attention (a .pte may verify a block in one call, exact with the project's kernels only)
+READ_VERSIONS = (3, 4)  # a format 3 export's .pte attends its verify rows one by one
 VERIFY_ROWS = 8  # anchor + 7 drafts: the widest verify (target_verify), and the commit width of the drafter
 VERIFY_WIDTHS = (2, 4, 8)  # the verify graphs an export has by default: target_verify_{w}, target_verify for 8
 DRAFTER_GRAPHS = ("draft_read", "state_commit", "window_shift")
@@ -248,9 +250,9 @@ def load_manifest(folder: str | Path) -> dict:
     except ValueError as e:
         raise ArtifactError(str(e)) from None
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ArtifactError(f"{path}: format_version {version!r} is not supported (this hyflash reads "
-                            f"{FORMAT_VERSION}); re-export it with this version of hyflash")
+    if version not in READ_VERSIONS or isinstance(version, bool):
+        raise ArtifactError(f"{path}: format_version {version!r} is not supported (this hyflash reads 3 and 4); "
+                            "re-export it with this version of hyflash")
     if manifest.get("manifest_sha256") != canonical_sha256(manifest):
         raise ArtifactError(f"{path}: the manifest's own checksum (manifest_sha256) does not match its contents; "
                             "it was edited after export: re-export")

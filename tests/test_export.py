@@ -39,7 +39,7 @@ def onnx_exports(qwen3_dir, tmp_path_factory):
 
 def test_manifest_and_graph_contracts(both_formats):
     manifest = load_manifest(both_formats)
-    assert manifest["format_version"] == 3 and manifest["drafter"]["name"] == "random"
+    assert manifest["format_version"] == 4 and manifest["drafter"]["name"] == "random"
     assert set(manifest["graphs"]) == {"draft_read", "state_commit", "window_shift", "target_prefill",
                                        "target_verify", "target_verify_2", "target_verify_4", "target_decode"}
     assert manifest["max_context"] == CONTEXT and manifest["window"] == 24 and manifest["block"] == 7

@@ -77,3 +77,18 @@ def test_a_plain_edit_is_refused_by_the_checksum(both_formats, manifest, tmp_pat
     assert "checksum (manifest_sha256) does not match" in capsys.readouterr().err
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=4))  # layout is not content
     assert main(["generate", str(folder), "--prompt-ids", "5", "--max-new-tokens", "2"]) == 0
+
+
+def test_a_format_3_export_reads_as_row_by_row(both_formats, manifest, tmp_path):
+    """Exports from before cache.pte.verify_attention (format 3) still load, their .pte read as attending its
+    verify rows one by one; this hyflash writes format 4 with the field."""
+    from hyflash.runtime_py.manifest import load_manifest, pte_verify_attention
+
+    assert manifest["format_version"] == 4 and pte_verify_attention(manifest["cache"]) == "block"
+    folder = tmp_path / "format3"
+    shutil.copytree(both_formats, folder)
+    m = json.loads(json.dumps(manifest))
+    m["format_version"] = 3
+    del m["cache"]["pte"]["verify_attention"]
+    (folder / "manifest.json").write_text(json.dumps(seal(m)))
+    assert pte_verify_attention(load_manifest(folder)["cache"]) == "rows"

@@ -30,7 +30,7 @@ def broken_exports(both_formats, tmp_path_factory):
     root = tmp_path_factory.mktemp("broken")
     manifest = json.loads((both_formats / "manifest.json").read_text())
     edits = {
-        "version": lambda m: m.update(format_version=4),
+        "version": lambda m: m.update(format_version=5),
         "old-version": lambda m: m.update(format_version=1),
         "missing-key": lambda m: m.pop("graphs"),
         "outside": lambda m: m["graphs"]["draft_read"].update(onnx="../../etc/passwd"),
@@ -93,7 +93,7 @@ def cases(qwen3_dir, both_formats, broken, mismatched, tmp):
         "validate checkpoint": (["validate", str(qwen3_dir)], "no manifest.json"),
         "validate future version": (["validate", str(broken["version"])], "format_version"),
         "generate old format": (["generate", str(broken["old-version"]), "--prompt-ids", "5"],
-                                "format_version 1 is not supported (this hyflash reads 3); re-export"),
+                                "format_version 1 is not supported (this hyflash reads 3 and 4); re-export"),
         "validate missing key": (["validate", str(broken["missing-key"])], "missing key"),
         "validate path outside": (["validate", str(broken["outside"])], "outside the export folder"),
         "validate absolute path": (["validate", str(broken["absolute"])], "not a relative path"),
@@ -166,7 +166,7 @@ def test_killed_export_leaves_nothing_that_validates_and_a_rerun_works(qwen3_dir
     else:
         assert main(["validate", str(out)]) == 2
     assert main(["export", *args[4:], "--force"]) == 0
-    assert load_manifest(out)["format_version"] == 3
+    assert load_manifest(out)["format_version"] == 4
     assert [p.name for p in tmp_path.iterdir()] == ["export"]  # the killed run's partial folder is gone
 
 

@@ -155,7 +155,7 @@ def test_validation_runs_every_verify_width():
 
 def test_manifest_declares_its_widths(both_formats, tmp_path):
     m = load_manifest(both_formats)
-    assert m["verify_widths"] == [2, 4, 8] and m["format_version"] == 3
+    assert m["verify_widths"] == [2, 4, 8] and m["format_version"] == 4
     for w in (2, 4, 8):
         assert m["graphs"][verify_graph(w)]["inputs"][0]["shape"] == [w]
     folder = tmp_path / "x"

@@ -87,7 +87,7 @@ HYFLASH_INLINE float lane_max(f8 a) {
   return best;
 }
 
-// e^x for x <= 0 (a score minus its row's maximum), within 2 ulp; below -86 it gives e^-86 (4e-38, nothing
+// e^x for x <= 0 (a score minus its row's maximum), by Cephes' expf (a few ulp); below -86 it gives e^-86 (4e-38, nothing
 // beside the row's 1 for its maximum)
 HYFLASH_INLINE f8 exp8(f8 x) {
   x = x < splat(-86.f) ? splat(-86.f) : x;
@@ -219,7 +219,7 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
     return fail(ctx, "custom_sdpa: only causal attention without a mask or dropout (what hyflash exports)"), out;
   const int64_t b = q.size(0), s = q.size(1), hq = q.size(2), d = q.size(3);
   const int64_t t = k.size(1), hkv = k.size(2);
-  if (k.size(0) != b || v.size(0) != b || k.size(3) != d || v.size(1) != t || v.size(2) != hkv || v.size(3) != d || hkv == 0 || hq % hkv != 0 ||
+  if (k.size(0) != b || v.size(0) != b || k.size(3) != d || v.size(1) != t || v.size(2) != hkv || v.size(3) != d || hkv == 0 || hq == 0 || hq % hkv != 0 ||
       out.size(0) != b || out.size(1) != s || out.size(2) != hq || out.size(3) != d || start_pos < 0 ||
       start_pos + s > t)
     return fail(ctx, "custom_sdpa: shapes do not agree"), out;

@@ -235,10 +235,9 @@ Manifest load_manifest(const std::string& folder_arg) {
   }
   if (!m.raw.is_object()) throw ArtifactError(where + ": not a JSON object; re-export");
   const json::Value* version = m.raw.find("format_version");
-  if (!version || !version->is_int() || version->as_int() != kFormatVersion)
+  if (!version || !version->is_int() || version->as_int() < kOldestFormat || version->as_int() > kFormatVersion)
     throw ArtifactError(where + ": format_version " + (version ? json::canonical(*version) : "None") +
-                        " is not supported (this hyflash reads " + std::to_string(kFormatVersion) +
-                        "); re-export it with this version of hyflash");
+                        " is not supported (this hyflash reads 3 and 4); re-export it with this version of hyflash");
   const json::Value* recorded = m.raw.find("manifest_sha256");
   if (!recorded || !recorded->is_string() || recorded->text != sha256_hex(json::canonical(m.raw, "manifest_sha256")))
     throw ArtifactError(where + ": the manifest's own checksum (manifest_sha256) does not match its contents; "

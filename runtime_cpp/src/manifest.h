@@ -12,7 +12,8 @@
 
 namespace hyflash {
 
-constexpr int kFormatVersion = 3;
+constexpr int kFormatVersion = 4;  // written by this hyflash; it reads 3 too (verify rows one by one)
+constexpr int kOldestFormat = 3;
 constexpr int kVerifyRows = 8;  // anchor + 7 drafts: the widest verify (target_verify) and every drafter commit's
 
 // The target graph that verifies `width` rows (the anchor and width - 1 drafts); width 1 is a decode step.
