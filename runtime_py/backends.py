@@ -177,7 +177,8 @@ class PteBackend(Backend):
         with _StderrFilter(), quiet_loggers("torchao", "torch.utils._pytree"):
             from executorch.runtime import Runtime
 
-            if contract.cache["pte"]["kernels"]:
+            has_pte = any(spec.get("pte") for spec in contract.graphs.values())
+            if contract.cache["pte"]["kernels"] and has_pte:  # an ONNX-only export is refused below, as such
                 # the target's cache kernels (llama::update_cache, llama::custom_sdpa): the project's build where
                 # chosen (float32 programs), else ExecuTorch's; only that one is loaded here, so a program
                 # the chosen build does not cover fails to load rather than run the other

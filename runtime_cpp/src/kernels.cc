@@ -238,10 +238,12 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
     thread_local std::vector<int64_t> keys;
     thread_local std::vector<float*> outs;
     const int64_t span = (start_pos + s + kLanes - 1) / kLanes * kLanes, most = per * group;
-    scratch.assign(most * (span + d) + d, 0.f);  // scores, the scaled queries, a row of zero keys
+    // scores and the scaled queries (each written before it is read), then a row of zero keys
+    if (scratch.size() < static_cast<size_t>(most * (span + d) + d)) scratch.resize(most * (span + d) + d);
     keys.resize(most);
     outs.resize(most);
     float *score = scratch.data(), *query = score + most * span, *zeros = query + most * d;
+    std::fill_n(zeros, d, 0.f);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t head = task / blocks, r0 = task % blocks * per, r1 = std::min(s, r0 + per);
       const int64_t bi = head / hkv, g = head % hkv, nq = (r1 - r0) * group;
