@@ -20,6 +20,7 @@ from hyflash.models.memory import GatedDeltaNet, Mamba2
 from hyflash.models.target import RMSNorm, Rotary, Target, apply_rotary, attention
 
 MEMORY_KINDS = ("mamba2", "gated_deltanet", "off")
+LOOKUP_WEIGHTS = ("lookup_embed", "copy_bias", "copy_gate.weight")  # the lookup input's own, all zero at first
 
 
 @dataclasses.dataclass(frozen=True)

@@ -87,13 +87,52 @@ def test_train_drafter_continues_from_a_drafter_folder(corpus, tmp_path, capsys)
     capsys.readouterr()
     for flags, says in ((["--markov-rank", "8"], "leave out --markov-rank"),
                         (["--markov-rank", "64"], "leave out --markov-rank"),  # a default given is refused too
-                        (["--lookup-input"], "leave out --lookup-input")):
+                        (["--window", "128"], "leave out --window")):
         assert main(args + ["--init-from", str(first / "model"), *flags, "--out", str(tmp_path / "refused")]) == 2
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1
     assert main(args + ["--init-from", str(first), "--out", str(tmp_path / "refused")]) == 2  # the run, not its model/
     assert "not a drafter folder" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
+
+
+def test_the_lookup_input_is_added_to_a_trained_drafter(corpus, tmp_path, capsys):
+    """--init-from with --lookup-input: the drafter gains prompt-lookup's block as an input, drafting exactly
+    as before until trained (whatever the block), then learning to use it; a drafter that has it is refused."""
+    from hyflash.models.drafter import LOOKUP_WEIGHTS
+    from hyflash.models.loading import load_drafter, load_target
+    from hyflash.models.lookup import lookup_many
+
+    _, run = corpus
+    first, grown = tmp_path / "first", tmp_path / "grown"
+    assert main(_drafter_args(corpus, first)) == 0
+    target = load_target(run / "model")
+    plain = load_drafter(first / "model", target)
+    added = load_drafter(first / "model", target, add_lookup_input=True)
+    assert added.cfg.lookup_input and not plain.cfg.lookup_input
+    tokens = torch.tensor(([5, 9, 13, 7, 21, 5, 9, 13, 30, 11] * 4)[:36])
+    anchors, block = torch.tensor([12, 15, 22, 27]), plain.cfg.block
+    with torch.no_grad():
+        _, features = target.trunk(tokens[None])
+        prev = tokens[(anchors[:, None] + torch.arange(block)).clamp(max=35)]
+        found = tuple(torch.from_numpy(x) for x in lookup_many(tokens.numpy(), anchors.numpy(), block))
+        assert (found[1] > 0).all()  # lookup matches there: a block that would move the drafts if it were read
+        a, _ = plain.forward_train(features[0], tokens, anchors, prev)
+        b, _ = added.forward_train(features[0], tokens, anchors, prev, lookup=found)
+    assert torch.equal(a, b)
+    args = _drafter_args(corpus, grown)
+    args = args[:args.index("--markov-rank")] + args[args.index("--markov-rank") + 2:]
+    assert main(args + ["--init-from", str(first / "model"), "--lookup-input", "--lr", "1e-2"]) == 0
+    cfg = json.loads((grown / "model" / "config.json").read_text())["hyflash_drafter"]
+    assert cfg["lookup_input"] is True
+    weights = load_file(grown / "model" / "model.safetensors")
+    assert set(LOOKUP_WEIGHTS) <= weights.keys() and any(weights[k].abs().max() > 0 for k in LOOKUP_WEIGHTS)
+    assert json.loads((grown / "run_config.json").read_text())["added"] == "lookup_input"
+    capsys.readouterr()
+    assert main(args + ["--init-from", str(grown / "model"), "--lookup-input", "--out", str(tmp_path / "no")]) == 2
+    err = capsys.readouterr().err
+    assert "already reads prompt-lookup's block" in err and err.count("\n") == 1
+    assert not (tmp_path / "no").exists()
 
 
 def test_eval_drafter_gives_the_training_logs_held_out_figures(corpus, tmp_path, capsys):

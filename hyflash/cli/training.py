@@ -74,10 +74,19 @@ def cmd_train_drafter(args) -> int:
     from hyflash.train.loop import is_writer
 
     given = [k for k in _DRAFTER_SHAPE if getattr(args, k) is not None]
+    add_lookup_input = bool(args.init_from and args.lookup_input)  # the one addition a trained drafter takes
+    if add_lookup_input:
+        given.remove("lookup_input")
     if args.init_from and given:
         raise CliError(f"--init-from takes the drafter's architecture from {args.init_from}; leave out "
                        + " ".join(f"--{k.replace('_', '-')}" for k in given))
     init_from = _drafter_folder(args.init_from, "--init-from") if args.init_from else None
+    if add_lookup_input:
+        from hyflash.models.loading import drafter_config_dict
+
+        if drafter_config_dict(init_from)["hyflash_drafter"].get("lookup_input"):
+            raise CliError(f"--init-from {args.init_from}: this drafter already reads prompt-lookup's block; "
+                           "leave out --lookup-input")
     for k, default in _DRAFTER_SHAPE.items():
         if getattr(args, k) is None:
             setattr(args, k, default)
@@ -104,7 +113,7 @@ def cmd_train_drafter(args) -> int:
                                        draft_vocab=args.draft_vocab, lookup_input=args.lookup_input)
     dest = train_drafter(target, cfg, rows, train_cfg, args.anchors, args.eval_every, args.eval_rows,
                          {"target": str(folder), "target_sha256": weights_sha256(folder), "seq_len": rows.seq_len},
-                         init_from)
+                         init_from, add_lookup_input)
     if is_writer():
         print(f"wrote {dest}")
     return 0
@@ -273,10 +282,12 @@ def _train_drafter_parser(sub) -> None:
     p.add_argument("--draft-vocab", type=int,
                    help="N: the head predicts only the N most frequent target tokens of the data (default 0: all)")
     p.add_argument("--lookup-input", action="store_const", const=True,
-                   help="draft_read also reads prompt-lookup's block and match length (docs/design.md)")
+                   help="draft_read also reads prompt-lookup's block and match length (docs/design.md); beside "
+                        "--init-from, adds it to that drafter (its new weights start at zero)")
     p.add_argument("--init-from", default=None,
                    help="continue from this drafter folder's weights and architecture (bf16 weights, fresh optimizer "
-                        "moments and lr schedule; calibrate again for hybrid drafting); no architecture flags beside it")
+                        "moments and lr schedule; calibrate again for hybrid drafting); no architecture flags beside it but "
+                        "--lookup-input")
     p.add_argument("--seq-len", type=positive(), default=None,
                    help="training window (default 512; a regenerated folder's own length)")
     p.add_argument("--anchors", type=positive(), default=48, help="anchors sampled per sequence")

@@ -8,6 +8,8 @@
 # A second stage continues from shipped weights with a fresh schedule: INIT_FROM=smollm2-135m-instruct
 # RUN=runs/smollm2-hyflash-2 STEPS=1000 LR=4e-4 WARMUP=50 (the run in docs/results-smollm2.md).
 # NO_CACHE=1 runs the target on each batch instead (shards written with --no-features have no cache).
+# LOOKUP=1 with INIT_FROM adds prompt-lookup's block as an input of the drafter it continues (new weights at
+# zero): INIT_FROM=smollm2-135m-instruct LOOKUP=1 RUN=runs/smollm2-hyflash-lookup STEPS=600 LR=3e-4 WARMUP=20 NO_CACHE=1
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -21,7 +23,7 @@ arch=(--draft-vocab "$VOCAB")
 common=(--target smollm2-135m-instruct --data "$DATA" --steps "$STEPS" --batch 4
         --anchors 48 --lr "${LR:-1e-3}" --warmup "${WARMUP:-100}" --eval-every 100 --eval-rows 16
         --checkpoint-every 50 --threads "${THREADS:-2}" --device "${DEVICE:-cpu}" $stop $init
-        ${NO_CACHE:+--no-feature-cache})
+        ${NO_CACHE:+--no-feature-cache} ${LOOKUP:+--lookup-input})
 for name in $WHICH; do
   case $name in
     hyflash) if [ -n "${INIT_FROM:-}" ]; then  # the architecture comes with the weights
