@@ -176,6 +176,28 @@ def test_a_runner_refuses_the_kernels_it_was_not_built_with(runner, both_formats
     assert code == 2 and "HYFLASH_KERNELS=OFF" in err.splitlines()[0]
 
 
+@pytest.mark.slow  # suite time: a second build of the runner
+def test_a_runner_built_without_the_kernels_names_what_it_lacks(runner, both_formats, rows_pte, tmp_path):
+    """hyflash-run built with HYFLASH_KERNELS=OFF (for apps linking ExecuTorch's LLM kernels instead) refuses a
+    program that verifies a block in one call before opening it, and, with nothing linked that registers the
+    cache kernels, says so rather than blaming the export."""
+    import executorch
+
+    build = tmp_path / "off"
+    subprocess.run(["cmake", "-S", ROOT / "runtime_cpp", "-B", build, f"-DEXECUTORCH_ROOT={executorch.__path__[0]}",
+                    "-DHYFLASH_KERNELS=OFF"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", build, "-j2", "--target", "hyflash-run"], check=True, capture_output=True)
+    off = build / "hyflash-run"
+    assert "libhyflash_kernels" not in subprocess.run(["ldd", off], capture_output=True, text=True).stdout
+    code, runs, err = run(off, both_formats, [3, 4], "--pte-kernels", "executorch")
+    assert code == 2 and runs == [] and len(err.strip().splitlines()) == 1, err
+    assert "verify blocks attend in one call" in err and "HYFLASH_KERNELS=ON" in err and "--pte-kernels executorch" in err
+    code, runs, err = run(off, rows_pte, [3, 4], "--pte-kernels", "executorch")
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and runs == [] and line.startswith("hyflash-run: error:"), err
+    assert "not registered" in line and "built with HYFLASH_KERNELS=OFF" in line and "re-export" not in line
+
+
 def _stamped(tmp_path, version: bytes) -> Path:
     data = LIBRARY.read_bytes()
     found = ptekernels.STAMP.search(data)

@@ -176,11 +176,7 @@ int main(int argc, char** argv) {
     auto* pool = executorch::extension::threadpool::get_threadpool();
     if (a.threads > 0 && pool) pool->_unsafe_reset_threadpool(static_cast<uint32_t>(a.threads));
     const size_t threads = pool ? pool->get_thread_count() : 1;
-    hyflash::Runner runner(a.folder);
-    if (runner.manifest().pte_verify_attention == "block" && std::string(HYFLASH_PTE_KERNELS) != "hyflash")
-      throw hyflash::ArtifactError(a.folder + ": this program's verify blocks attend in one call, exact only with the "
-                                   "project's cache kernels; build hyflash-run with HYFLASH_KERNELS=ON, or re-export "
-                                   "with --pte-kernels executorch");
+    hyflash::Runner runner(a.folder, HYFLASH_PTE_KERNELS);
     const uint64_t seed = a.cfg.seed;
     for (int64_t r = 0; r < a.repeat; ++r) {
       a.cfg.seed = seed + static_cast<uint64_t>(r);

@@ -93,11 +93,15 @@ std::string Stats::to_json() const {
 
 // ----------------------------------------------------------------------------------------- runner
 
-Runner::Runner(const std::string& folder) : m_(load_manifest(folder)) {
+Runner::Runner(const std::string& folder, const std::string& kernels) : m_(load_manifest(folder)) {
   namespace fs = std::filesystem;
   for (const char* g : kTargetGraphs)
     if (m_.graph(g).pte_file.empty())
       throw ArtifactError(folder + ": this export has no .pte programs; export with --format pte (or both)");
+  if (m_.pte_verify_attention == "block" && kernels != "hyflash")
+    throw ArtifactError(folder + ": this program's verify blocks attend in one call, exact only with the project's "
+                        "cache kernels; build hyflash-run with HYFLASH_KERNELS=ON, or re-export with --pte-kernels "
+                        "executorch");
   auto open = [&](const std::string& rel, bool share) {
     // one Module per model, even over one file: the target's three methods share its mutable buffers (the
     // cache) through shared arenas, and the drafter's methods must not run in those arenas (a call there
@@ -117,12 +121,16 @@ Runner::Runner(const std::string& folder) : m_(load_manifest(folder)) {
     Module& module = spec.model == "target" ? *target_ : *drafter_;
     Error e = module.load_method(spec.pte_method);
     if (e != Error::Ok) {
+      const std::string where = folder + "/" + spec.pte_file + ": method " + spec.pte_method + " does not load: ";
+      if (e == Error::OperatorMissing && kernels != "hyflash")  // nothing linked registers the cache kernels
+        throw ArtifactError(where + "a kernel it needs is not registered (see the log above); this hyflash-run was "
+                            "built with HYFLASH_KERNELS=OFF: link ExecuTorch's LLM custom ops library, or build with "
+                            "HYFLASH_KERNELS=ON");
       std::string why = e == Error::OperatorMissing
                             ? "a kernel it needs is not registered (the target methods need llama::update_cache and "
                               "llama::custom_sdpa, which this runner carries; see the log above)"
                             : error_name(e);
-      throw ArtifactError(folder + "/" + spec.pte_file + ": method " + spec.pte_method + " does not load: " + why +
-                          "; re-export with this version of hyflash");
+      throw ArtifactError(where + why + "; re-export with this version of hyflash");
     }
     check_method(module, name);
   }

@@ -60,7 +60,10 @@ struct Buffer {
 
 class Runner {
  public:
-  explicit Runner(const std::string& folder);  // throws ArtifactError / std::runtime_error
+  // kernels: the target's cache kernels this program links, "hyflash" (runtime_cpp's) or "executorch" (ExecuTorch's
+  // LLM custom ops); a program whose verify blocks attend in one call is refused with ExecuTorch's.
+  // Throws ArtifactError / std::runtime_error.
+  Runner(const std::string& folder, const std::string& kernels);
   Stats generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg);
   const Manifest& manifest() const { return m_; }
 
