@@ -11,7 +11,9 @@
 #   TARGET=... STEPS=450 WHICH="cont hyflash swa shipped" EVAL_EVERY=50 INIT_FROM=prev \
 #     research/smollm2-drafter/gpu_train.sh
 # where prev is the drafter shipped before it: `git show d919aa2:hyflash/reference/drafter-smollm2/<file>`
-# for config.json and model.safetensors (that run's cont is the drafter shipped now).
+# for config.json and model.safetensors (that run's cont became the fourth stage). LOOKUP=1 gives the fresh runs
+# prompt-lookup's block as an input, as the shipped drafter has since its fifth stage (a fair window-drafter
+# baseline for it); `cont` keeps the shipped drafter's own architecture.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=${HF:-"python3 -m hyflash.cli"}
@@ -23,7 +25,7 @@ INIT_FROM=${INIT_FROM:-smollm2-135m-instruct}
 common=(--target "$TARGET" --data "${DATA:-data/chat/smollm2-regen}" --no-feature-cache --batch "${BATCH:-32}"
         --anchors 48 --eval-rows 64 --device "${DEVICE:-cuda}" --seed 0)
 arch() {  # each run's architecture (or starting weights) and lr schedule
-  local fresh=(--draft-vocab 16384 --window 128 --lr "${LR:-1e-3}" --warmup "${WARMUP:-100}")
+  local fresh=(--draft-vocab 16384 --window 128 --lr "${LR:-1e-3}" --warmup "${WARMUP:-100}" ${LOOKUP:+--lookup-input})
   case $1 in
     hyflash) echo "${fresh[@]}" --memory mamba2 ;;
     swa) echo "${fresh[@]}" --memory off --intermediate-size 2160 ;;
