@@ -21,6 +21,13 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("qemu-aarch64") is None, reason="no qemu-aarch64: `make runner-arm64`")]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def up_to_date_arm_runner():
+    """The ARM64 build brought up to date with the sources (incrementally), as the x86-64 runner is: a binary
+    left from older sources would judge an export it cannot read."""
+    subprocess.run(["cmake", "--build", str(ARM_RUNNER.parent), "-j2"], check=True, capture_output=True)
+
+
 def run_arm(cpu: str, folder, prompt, *flags):
     """The ARM64 hyflash-run under qemu on `cpu` -> (exit code, [one dict per run], stderr)."""
     cmd = ["qemu-aarch64", "-L", str(SYSROOT), "-cpu", cpu, str(ARM_RUNNER), str(folder),
