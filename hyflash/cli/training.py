@@ -81,12 +81,6 @@ def cmd_train_drafter(args) -> int:
         raise CliError(f"--init-from takes the drafter's architecture from {args.init_from}; leave out "
                        + " ".join(f"--{k.replace('_', '-')}" for k in given))
     init_from = _drafter_folder(args.init_from, "--init-from") if args.init_from else None
-    if add_lookup_input:
-        from hyflash.models.loading import drafter_config_dict
-
-        if drafter_config_dict(init_from)["hyflash_drafter"].get("lookup_input"):
-            raise CliError(f"--init-from {args.init_from}: this drafter already reads prompt-lookup's block; "
-                           "leave out --lookup-input")
     for k, default in _DRAFTER_SHAPE.items():
         if getattr(args, k) is None:
             setattr(args, k, default)
