@@ -1,6 +1,6 @@
 """Chat training data made here: batched answers that stop at end of turn, with the taps' features and the
 target's argmax from the same pass; conversations answered turn by turn as `hyflash chat` renders them;
-prompts that never near-duplicate the held-out chat set."""
+self-written questions and writing tasks; prompts that never near-duplicate the held-out chat set."""
 
 import json
 from pathlib import Path
@@ -9,10 +9,23 @@ import numpy as np
 import pytest
 import torch
 from test_copy_curriculum import VOCAB, tiny_target
+from test_real_vocab import write_checkpoint
 
 from hyflash.models.batched import answer_batch
+from hyflash.models.generation import load_tokenizer
+from hyflash.models.loading import load_target
 from hyflash.models.target import greedy
-from hyflash.train.chatprompts import _mutate, code_prompts, near_duplicate, read_conversations
+from hyflash.train.chatprompts import (
+    FOLLOW_UPS,
+    PromptMix,
+    _mutate,
+    build,
+    code_prompts,
+    magpie,
+    near_duplicate,
+    normalise,
+    read_conversations,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "data" / "chat" / "heldout.jsonl"
@@ -51,6 +64,32 @@ def test_answer_features_and_labels_are_the_full_forwards():
         have = np.nonzero(a.labels >= 0)[0]
         assert have.tolist() == list(range(len(p) - 1, n - 1))
         assert (a.labels[have] == logits[0, have].argmax(-1).numpy()).all()
+
+
+def test_writing_tasks_begin_with_an_opener_and_leave_the_questions_as_they_were(tmp_path):
+    write_checkpoint("qwen3", tmp_path)
+    model, tok = load_target(tmp_path), load_tokenizer(tmp_path)
+    stop = tuple(range(125_000, 151_936))  # a random target then ends its message after a few tokens
+    openers = ("w1 w2", "w3")
+    questions = magpie(model, tok, stop, 12, seed=0, batch=8)
+    assert len(questions) >= 6
+    keep = tmp_path / "kept"
+    tasks = magpie(model, tok, stop, 12, seed=0, batch=8, keep=keep, openers=openers, stream=1)
+    words = [normalise(t) for t in tasks]  # (this word-level tokenizer decodes with spaces of its own)
+    assert len(tasks) >= 6 and all(w[:2] == ["w1", "w2"] or w[0] == "w3" for w in words)
+    assert len({" ".join(w) for w in words}) == len(tasks)  # no duplicates, no bare opener
+    assert {w[0] for w in words} == {"w1", "w3"}  # the openers taken in turn
+    assert magpie(model, tok, stop, 12, seed=0, batch=8) == questions  # the questions' sampling is their own
+    with torch.no_grad():
+        model.embed.weight.mul_(-1)  # another target writes other messages...
+    assert magpie(model, tok, stop, 12, seed=0, batch=8, openers=openers, stream=1) != tasks
+    rerun = magpie(model, tok, stop, 12, seed=0, batch=8, keep=keep, openers=openers, stream=1)
+    assert rerun == tasks  # ...but a rerun reads the kept batches
+    rows, summary = build(model, tok, stop, PromptMix(magpie=4, writing=4, code=0, passages=0, follow_up_share=1.0,
+                                                      batch=8), heldout=[])
+    assert summary["by_source"] == {"magpie": 4, "magpie-writing": 4}
+    writing = [r for r in rows if r["category"] == "writing"]
+    assert len(writing) == 4 and all(r["turns"][1] in FOLLOW_UPS["writing"] for r in writing)
 
 
 def test_code_tasks_change_one_operator_for_a_bug_and_read_the_train_split():

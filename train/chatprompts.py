@@ -1,11 +1,13 @@
 """Chat prompts made on this machine, with no hub: what `hyflash regenerate` answers to make a drafter's
 chat training data.
 
-Three sources, mixed and shuffled so that any prefix of the file has the same makeup:
+Four sources, mixed and shuffled so that any prefix of the file has the same makeup:
 
 - **self-written questions** (the "Magpie" way): the target's template up to the start of a user
   turn, and the target writes the user's message itself (sampled), kept if it ends at the
   template's end of turn, is not too short or long, and is no duplicate;
+- **self-written writing tasks**: the same, the user's message begun with an opener ("Write a short
+  poem", "Draft an email", ...) that the target completes;
 - **code tasks** on functions of the interpreter's standard library (train split of `hyflash
   corpus`): explain, document, fix (one operator changed), complete (first half given), rewrite;
 - **passage tasks** on prose docstrings of the same files: summarise, rewrite, extract.
@@ -61,12 +63,18 @@ FOLLOW_UPS = {
     "rewrite": ["Make it shorter.", "Now write it as a list.", "Make it more formal."],
     "extraction": ["Put them in alphabetical order.", "Which of these is the most important?",
                    "Now answer in one sentence."],
+    "writing": ["Make it shorter.", "Make it more formal.", "Give it a title.", "Write it for a child.",
+                "Write another version."],
 }
+WRITING_OPENERS = ("Write a short poem", "Write a short story", "Write an email", "Write a letter", "Write a",
+                   "Write a paragraph", "Write a dialogue", "Write a speech", "Write a description",
+                   "Compose a", "Draft an email", "Draft a message", "Describe", "Tell a story")
 
 
 @dataclasses.dataclass(frozen=True)
 class PromptMix:
     magpie: int = 2000  # self-written questions kept (at most; duplicates and rejects removed)
+    writing: int = 0  # self-written writing tasks kept (at most, as magpie)
     code: int = 2000
     passages: int = 1500
     follow_up_share: float = 0.25
@@ -74,7 +82,7 @@ class PromptMix:
     batch: int = 64
 
     def __post_init__(self):
-        if min(self.magpie, self.code, self.passages) < 0:
+        if min(self.magpie, self.writing, self.code, self.passages) < 0:
             raise ValueError("prompt counts must be >= 0")
         if not 0 <= self.follow_up_share <= 1:
             raise ValueError(f"--follow-up-share must be in [0, 1], got {self.follow_up_share}")
@@ -103,22 +111,29 @@ def user_prefix(tokenizer) -> list[int]:
 
 
 def magpie(model: Target, tokenizer, eos: tuple[int, ...], n: int, seed: int, batch: int,
-           progress=lambda done, total: None, keep: Path | None = None) -> list[str]:
-    """Up to n distinct user messages the target writes itself after its template's user-turn prefix.
-    `keep`: a file the batches are appended to as they finish (one JSON list each), read back by a rerun."""
+           progress=lambda done, total: None, keep: Path | None = None, openers: tuple[str, ...] = ("",),
+           stream: int = 0) -> list[str]:
+    """Up to n distinct user messages the target writes itself after its template's user-turn prefix, each
+    begun with one of `openers` in turn ("": the target writes it all). `stream` keeps the sampling of
+    another source apart. `keep`: a file the batches are appended to as they finish (one JSON list each),
+    read back by a rerun."""
     prefix = user_prefix(tokenizer)
+    starts = [tokenizer.encode(o, add_special_tokens=False) for o in openers]
     out: list[str] = []
     seen: set[str] = set()
     batches = [json.loads(line) for line in keep.read_text().splitlines()] if keep and keep.is_file() else []
     tries = 0
     while len(out) < n and tries < 4 * n:
-        gen = torch.Generator().manual_seed(seed * 100_003 + tries)  # each batch its own seed: resumable
+        gen = torch.Generator().manual_seed(seed * 100_003 + tries + stream * 1_000_003)  # each batch its own seed
         if batches:
             texts = batches.pop(0)
         else:
-            answers = answer_batch(model, [prefix] * batch, 96, torch.full((batch,), MAGPIE_TEMPERATURE), gen, stop=eos)
-            texts = [tokenizer.decode(a.tokens[:-1], skip_special_tokens=True).strip()
-                     if a.tokens and a.tokens[-1] in eos else None for a in answers]  # None: ran past 96 tokens
+            begun = [starts[(tries + j) % len(starts)] for j in range(batch)]
+            answers = answer_batch(model, [prefix + b for b in begun], 96, torch.full((batch,), MAGPIE_TEMPERATURE),
+                                   gen, stop=eos)
+            texts = [tokenizer.decode(b + a.tokens[:-1], skip_special_tokens=True).strip()
+                     if a.tokens and a.tokens[-1] in eos else None  # None: ran past 96 tokens
+                     for b, a in zip(begun, answers)]
             if keep:
                 with open(keep, "a", encoding="utf-8") as f:
                     f.write(json.dumps(texts) + "\n")
@@ -127,7 +142,7 @@ def magpie(model: Target, tokenizer, eos: tuple[int, ...], n: int, seed: int, ba
             if text is None:
                 continue
             key = " ".join(normalise(text))
-            if not 4 <= len(key.split()) <= 80 or key in seen or SENTINEL in text:
+            if not 4 <= len(key.split()) <= 80 or key in seen or SENTINEL in text or text in openers:
                 continue
             seen.add(key)
             out.append(text)
@@ -233,11 +248,19 @@ def passage_prompts(n: int, rng: np.random.Generator) -> list[dict]:
 
 
 def build(model: Target, tokenizer, eos: tuple[int, ...], mix: PromptMix, heldout: list[dict],
-          progress=lambda done, total: None, keep: Path | None = None) -> tuple[list[dict], dict]:
-    """The prompts (shuffled, follow-ups added, held-out near-duplicates dropped) and a summary."""
+          progress=lambda kind, done, total: None, keep: Path | None = None) -> tuple[list[dict], dict]:
+    """The prompts (shuffled, follow-ups added, held-out near-duplicates dropped) and a summary.
+    `keep`: where the self-written batches are kept for a rerun (the writing tasks' beside it)."""
     rng = np.random.default_rng(mix.seed)
     rows = [{"turns": [q], "category": "question", "source": "magpie"}
-            for q in magpie(model, tokenizer, eos, mix.magpie, mix.seed, mix.batch, progress, keep)]
+            for q in magpie(model, tokenizer, eos, mix.magpie, mix.seed, mix.batch,
+                            lambda done, total: progress("questions", done, total), keep)]
+    if mix.writing:
+        kept_writing = keep.with_name(keep.name + ".writing") if keep else None
+        rows += [{"turns": [w], "category": "writing", "source": "magpie-writing"}
+                 for w in magpie(model, tokenizer, eos, mix.writing, mix.seed, mix.batch,
+                                 lambda done, total: progress("writing tasks", done, total), kept_writing,
+                                 WRITING_OPENERS, stream=1)]
     rows += code_prompts(mix.code, rng)
     rows += passage_prompts(mix.passages, rng)
     held = [t for h in heldout for t in h["turns"]]

@@ -121,7 +121,7 @@ def cmd_chat_prompts(args) -> int:
     from hyflash.models.loading import load_target, resolve
     from hyflash.train.chatprompts import PromptMix, build, read_conversations
 
-    mix = PromptMix(magpie=args.magpie, code=args.code, passages=args.passages,
+    mix = PromptMix(magpie=args.magpie, writing=args.writing, code=args.code, passages=args.passages,
                     follow_up_share=args.follow_up_share, seed=args.seed)
     if args.out.exists() and not args.force:
         raise CliError(f"{args.out}: exists; pass --force to write it again")
@@ -133,8 +133,8 @@ def cmd_chat_prompts(args) -> int:
         torch.set_num_threads(args.threads)
     tokenizer = load_tokenizer(folder)
 
-    def progress(done, total):
-        print(f"self-written questions: {done}/{total}", file=sys.stderr, flush=True)
+    def progress(kind, done, total):
+        print(f"self-written {kind}: {done}/{total}", file=sys.stderr, flush=True)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     keep = args.out.with_name(args.out.name + ".magpie-batches")  # a rerun picks the questions up from here
@@ -146,6 +146,7 @@ def cmd_chat_prompts(args) -> int:
     tmp.replace(args.out)
     write_json_atomic(args.out.with_suffix(".summary.json"), {"target": folder.name, **summary})
     keep.unlink(missing_ok=True)
+    keep.with_name(keep.name + ".writing").unlink(missing_ok=True)
     print(json.dumps(summary))
     return 0
 
@@ -210,12 +211,15 @@ def _regenerate_parser(sub) -> None:
 
 
 def _chat_prompts_parser(sub) -> None:
-    p = sub.add_parser("chat-prompts", help="chat prompts made here: self-written questions, code and passage tasks")
+    p = sub.add_parser("chat-prompts",
+                       help="chat prompts made here: self-written questions and writing tasks, code and passage tasks")
     p.add_argument("--target", required=True, help="checkpoint folder or a pullable name (it writes the questions)")
     p.add_argument("--out", type=Path, required=True, help="a .jsonl of {\"turns\": [...], \"category\": ...}")
     p.add_argument("--heldout", type=Path, default=Path("data/chat/heldout.jsonl"),
                    help="prompts never to near-duplicate")
     p.add_argument("--magpie", type=int, default=2000, help="self-written questions")
+    p.add_argument("--writing", type=int, default=500,
+                   help="self-written writing tasks (poems, stories, emails, ...: the target completes an opener)")
     p.add_argument("--code", type=int, default=2000, help="tasks on standard-library functions")
     p.add_argument("--passages", type=int, default=1500, help="tasks on standard-library docstrings")
     p.add_argument("--follow-up-share", type=float, default=0.25, help="conversations given a second turn")
