@@ -74,7 +74,7 @@ WRITING_OPENERS = ("Write a short poem", "Write a short story", "Write an email"
 @dataclasses.dataclass(frozen=True)
 class PromptMix:
     magpie: int = 2000  # self-written questions kept (at most; duplicates and rejects removed)
-    writing: int = 0  # self-written writing tasks kept (at most, as magpie)
+    writing: int = 500  # self-written writing tasks kept (at most, as magpie)
     code: int = 2000
     passages: int = 1500
     follow_up_share: float = 0.25
