@@ -188,7 +188,8 @@ def test_int4_target_verify_rows_are_its_decode_steps(tmp_path, fmt, backend, ta
 def test_quantized_pte(qwen3_dir, tmp_path, quantize):
     out = _export(qwen3_dir, tmp_path / quantize, quantize, "int4", fmt="pte")
     rows = summarize(validate(out, min_agreement=0.5))
-    assert all(r.ok for r in rows) and {r.backend for r in rows} == {"executorch"}
+    # every graph on ExecuTorch, and the loop against hyflash-run (judged where the runner is built)
+    assert all(r.ok for r in rows) and {r.backend for r in rows} == {"executorch", "hyflash-run"}
     runtime = Runtime(out, "executorch")
     prompt = [4, 8, 15, 16, 23, 42]
     out = tokens_by_draft(runtime, prompt, 30)
