@@ -247,20 +247,25 @@ def passage_prompts(n: int, rng: np.random.Generator) -> list[dict]:
     return out
 
 
+def kept_batches(keep: Path) -> tuple[Path, Path]:
+    """The files `build` keeps its self-written batches in for a rerun: the questions' (`keep`), the writing
+    tasks'."""
+    return keep, keep.with_name(keep.name + ".writing")
+
+
 def build(model: Target, tokenizer, eos: tuple[int, ...], mix: PromptMix, heldout: list[dict],
           progress=lambda kind, done, total: None, keep: Path | None = None) -> tuple[list[dict], dict]:
     """The prompts (shuffled, follow-ups added, held-out near-duplicates dropped) and a summary.
-    `keep`: where the self-written batches are kept for a rerun (the writing tasks' beside it)."""
+    `keep`: where the self-written batches are kept for a rerun (`kept_batches`)."""
     rng = np.random.default_rng(mix.seed)
     rows = [{"turns": [q], "category": "question", "source": "magpie"}
             for q in magpie(model, tokenizer, eos, mix.magpie, mix.seed, mix.batch,
                             lambda done, total: progress("questions", done, total), keep)]
     if mix.writing:
-        kept_writing = keep.with_name(keep.name + ".writing") if keep else None
         rows += [{"turns": [w], "category": "writing", "source": "magpie-writing"}
                  for w in magpie(model, tokenizer, eos, mix.writing, mix.seed, mix.batch,
-                                 lambda done, total: progress("writing tasks", done, total), kept_writing,
-                                 WRITING_OPENERS, stream=1)]
+                                 lambda done, total: progress("writing tasks", done, total),
+                                 kept_batches(keep)[1] if keep else None, WRITING_OPENERS, stream=1)]
     rows += code_prompts(mix.code, rng)
     rows += passage_prompts(mix.passages, rng)
     held = [t for h in heldout for t in h["turns"]]

@@ -119,7 +119,7 @@ def cmd_chat_prompts(args) -> int:
     from hyflash.models.files import write_json_atomic
     from hyflash.models.generation import end_of_text_ids, load_tokenizer
     from hyflash.models.loading import load_target, resolve
-    from hyflash.train.chatprompts import PromptMix, build, read_conversations
+    from hyflash.train.chatprompts import PromptMix, build, kept_batches, read_conversations
 
     mix = PromptMix(magpie=args.magpie, writing=args.writing, code=args.code, passages=args.passages,
                     follow_up_share=args.follow_up_share, seed=args.seed)
@@ -145,8 +145,8 @@ def cmd_chat_prompts(args) -> int:
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(args.out)
     write_json_atomic(args.out.with_suffix(".summary.json"), {"target": folder.name, **summary})
-    keep.unlink(missing_ok=True)
-    keep.with_name(keep.name + ".writing").unlink(missing_ok=True)
+    for kept in kept_batches(keep):
+        kept.unlink(missing_ok=True)
     print(json.dumps(summary))
     return 0
 
