@@ -10,8 +10,11 @@ The loop wants the most tokens per millisecond over the whole generation, R. Eac
 maximising E[tokens] - R * ms makes the most of R: a round earning less than R per millisecond lowers it
 (Dinkelbach's argument; R is the generation's own rate as it goes, started from plain decoding's).
 Whether to run the drafter at all is decided before its confidences exist, so it is judged on the
-rounds just drafted: while their value net of draft_read stays below plain decoding's, the runtime
-decodes without drafting for a cool-down that doubles each time drafting still does not pay.
+rounds just drafted: their value net of draft_read against plain decoding's, averaged over the current
+streak of drafted rounds (the last JUDGED_ROUNDS or so weigh most), so one block the drafter is unsure of
+does not stop a streak that pays. While that average stays below zero, the runtime decodes without
+drafting for a cool-down that doubles each time drafting still does not pay; the first round after a
+rest is judged on its own.
 Calibration tables come from training text, where a drafter does better than on text it has not seen;
 `ChainCorrection` scales each source's chains by what this generation's verified drafts realised
 against what they promised, so the rule follows the text at hand.
@@ -29,6 +32,7 @@ import numpy as np
 MAX_COOLDOWN = 64  # rounds of plain decoding before the drafter is tried again, at most
 PRIOR_ROUNDS = 8  # the starting rate counts as this many rounds of the generation's own
 PRIOR_DRAFTS = 4.0  # a chain correction starts at 1 as if this many expected drafts had all been realised
+JUDGED_ROUNDS = 4  # a streak's average of what drafting earned weighs about this many recent rounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +135,7 @@ class WidthRule:
         self.tokens, self.ms = float(PRIOR_ROUNDS), PRIOR_ROUNDS * start.verify[1]
         self.cooldown, self.wait = 1, 0
         self.rest_commit_rows = 1
+        self.streak, self.gain = 0, 0.0  # drafted rounds since the last rest; their average gain over plain
 
     @property
     def rate(self) -> float:
@@ -143,11 +148,14 @@ class WidthRule:
         drafted = value - self.rate * costs.draft  # this round's value net of the drafter's call
         rows = min(self.cooldown, 8)  # a rest of this length folds its rows `rows` at a time
         plain = 1.0 - self.rate * (costs.verify[1] + costs.commit / rows)
-        if drafted >= plain:
+        self.streak += 1
+        self.gain += (drafted - plain - self.gain) / min(self.streak, JUDGED_ROUNDS)
+        if self.gain >= 0.0:
             self.cooldown = 1
-        else:  # drafting did not pay this round: rest the drafter, longer each time it still does not pay
+        else:  # drafting does not pay on these rounds: rest the drafter, longer each time it still does not pay
             self.wait, self.rest_commit_rows = self.cooldown, rows
             self.cooldown = min(2 * self.cooldown, MAX_COOLDOWN)
+            self.streak, self.gain = 0, 0.0
         return width
 
     def drafts(self) -> bool:

@@ -81,6 +81,28 @@ def test_the_drafter_rests_while_it_does_not_pay_and_is_tried_again():
     assert rule.drafts() and rule.cooldown == 1  # a round that pays ends the cool-down
 
 
+def test_one_unsure_block_does_not_rest_a_streak_that_pays_but_a_streak_gone_bad_does():
+    """The rest is judged on the streak's average gain: blocks the drafter is sure of, one in three of them
+    hopeless, keep it drafting every round; once every block is hopeless, the average turns and it rests."""
+    rule = WidthRule(FP32_LIKE)
+    sure, hopeless = np.full(7, 0.9), np.zeros(7)
+    for i in range(30):
+        assert rule.drafts()  # never rested
+        rule.pick(hopeless if i % 3 == 2 else sure, FP32_LIKE)
+        rule.made(4, 31.0)
+    assert rule.cooldown == 1
+    bad = 0
+    while rule.drafts() and bad < 40:
+        rule.pick(hopeless, FP32_LIKE)
+        rule.made(1, 26.6)
+        bad += 1
+    # a hopeless round costs only its draft_read, a sure one earned tokens: several of them outweigh the streak
+    assert 1 < bad < 20 and rule.cooldown == 2  # a rest of one plain step was taken (the last drafts() call)
+    assert rule.drafts()
+    rule.pick(hopeless, FP32_LIKE)  # the first round after a rest is judged on its own
+    assert not rule.drafts() and not rule.drafts() and rule.drafts()  # and rests twice as long
+
+
 def test_the_rule_learns_what_an_overconfident_source_delivers():
     """Chains that promise 2.5x what passes (a drafter calibrated on its own training text), at a dear verify:
     the correction moves toward the realised share, and with it the rule rests the drafter, which the same

@@ -12,6 +12,7 @@ constexpr int64_t kMaxCooldown = 64;  // rounds of plain decoding before the dra
 constexpr double kPriorRounds = 8;    // the starting rate counts as this many rounds of the generation's own
 constexpr double kPriorDrafts = 4.0;  // the chain correction starts at 1 as if this many drafts had been realised
 constexpr int64_t kMaxFold = 8;       // a rest's rows are folded into the drafter this many at a time, at most
+constexpr int64_t kJudgedRounds = 4;  // a streak's average of what drafting earned weighs about this many rounds
 }  // namespace
 
 Costs CostCurve::at(int64_t committed) const {
@@ -143,11 +144,14 @@ int64_t WidthRule::pick(const std::vector<double>& raw, int64_t pos) {
   const double drafted = value - rate() * c.draft;  // this round's value net of the drafter's call
   const int64_t rows = std::min(cooldown_, kMaxFold);  // a rest of this length folds its rows `rows` at a time
   const double plain = 1.0 - rate() * (c.verify.at(1) + c.commit / rows);
-  if (drafted >= plain) {
+  ++streak_;  // the streak's average gain over plain decoding, the last kJudgedRounds or so weighing most
+  gain_ += (drafted - plain - gain_) / static_cast<double>(std::min(streak_, kJudgedRounds));
+  if (gain_ >= 0.0) {
     cooldown_ = 1;
-  } else {  // drafting did not pay this round: rest the drafter, longer each time it still does not pay
+  } else {  // drafting does not pay on these rounds: rest the drafter, longer each time it still does not pay
     wait_ = cooldown_, rest_commit_rows_ = rows;
     cooldown_ = std::min(2 * cooldown_, kMaxCooldown);
+    streak_ = 0, gain_ = 0.0;
   }
   return best;
 }

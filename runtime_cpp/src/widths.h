@@ -64,6 +64,8 @@ class WidthRule {
   bool uses_drafter_;
   double tokens_, ms_, expected_, realised_;
   int64_t cooldown_ = 1, wait_ = 0, rest_commit_rows_ = 1;
+  int64_t streak_ = 0;  // drafted rounds since the last rest
+  double gain_ = 0.0;   // their average value net of draft_read over plain decoding's
   double rate() const { return tokens_ / ms_; }
   Costs costs(int64_t pos) const;
 };
