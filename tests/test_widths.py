@@ -83,7 +83,8 @@ def test_the_drafter_rests_while_it_does_not_pay_and_is_tried_again():
 
 def test_one_unsure_block_does_not_rest_a_streak_that_pays_but_a_streak_gone_bad_does():
     """The rest is judged on the streak's average gain: blocks the drafter is sure of, one in three of them
-    hopeless, keep it drafting every round; once every block is hopeless, the average turns and it rests."""
+    hopeless, keep it drafting every round; once every block is hopeless, the average turns and it rests. A
+    round after a rest starts a new streak: one that pays a little ends the rest, whatever came before it."""
     rule = WidthRule(FP32_LIKE)
     sure, hopeless = np.full(7, 0.9), np.zeros(7)
     for i in range(30):
@@ -99,8 +100,16 @@ def test_one_unsure_block_does_not_rest_a_streak_that_pays_but_a_streak_gone_bad
     # a hopeless round costs only its draft_read, a sure one earned tokens: several of them outweigh the streak
     assert 1 < bad < 20 and rule.cooldown == 2  # a rest of one plain step was taken (the last drafts() call)
     assert rule.drafts()
-    rule.pick(hopeless, FP32_LIKE)  # the first round after a rest is judged on its own
-    assert not rule.drafts() and not rule.drafts() and rule.drafts()  # and rests twice as long
+    rule.pick(hopeless, FP32_LIKE)  # a round after a rest that does not pay rests it again,
+    assert not rule.drafts() and not rule.drafts() and rule.drafts()  # twice as long
+
+    def gain_alone(chain):  # what a round of `chain` gains over plain decoding, judged on its own
+        return rule.round_gain(best_width(chain, FP32_LIKE, rule.rate)[1], FP32_LIKE)
+
+    lost = gain_alone(hopeless)
+    marginal = next(np.full(7, q) for q in np.linspace(0.05, 0.95, 91) if 0 < gain_alone(np.full(7, q)) < -lost)
+    rule.pick(marginal, FP32_LIKE)  # a round after a rest that pays a little: judged on its own, not averaged
+    assert rule.cooldown == 1 and rule.drafts()  # with the hopeless rounds before the rest, it would not pay
 
 
 def test_the_rule_learns_what_an_overconfident_source_delivers():
