@@ -141,23 +141,26 @@ class WidthRule:
     def rate(self) -> float:
         return self.tokens / self.ms
 
+    @property
+    def fold_rows(self) -> int:
+        """A rest of the current cool-down folds its rows this many at a time into one commit."""
+        return min(self.cooldown, 8)
+
     def round_gain(self, value: float, costs: Costs) -> float:
         """What a drafted round of this value (best_width's) gains over a plain step, net of draft_read."""
-        rows = min(self.cooldown, 8)  # a rest of this length folds its rows `rows` at a time
-        plain = 1.0 - self.rate * (costs.verify[1] + costs.commit / rows)
+        plain = 1.0 - self.rate * (costs.verify[1] + costs.commit / self.fold_rows)
         return value - self.rate * costs.draft - plain
 
     def pick(self, chain: np.ndarray, costs: Costs, read: bool = True) -> int:
         width, value = best_width(chain, costs, self.rate)
         if not read:
             return width
-        rows = min(self.cooldown, 8)
         self.streak += 1
         self.gain += (self.round_gain(value, costs) - self.gain) / min(self.streak, JUDGED_ROUNDS)
         if self.gain >= 0.0:
             self.cooldown = 1
         else:  # drafting does not pay on these rounds: rest the drafter, longer each time it still does not pay
-            self.wait, self.rest_commit_rows = self.cooldown, rows
+            self.wait, self.rest_commit_rows = self.cooldown, self.fold_rows
             self.cooldown = min(2 * self.cooldown, MAX_COOLDOWN)
             self.streak, self.gain = 0, 0.0
         return width

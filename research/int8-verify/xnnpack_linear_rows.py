@@ -61,15 +61,6 @@ def quantized(module: nn.Module, scheme: str) -> nn.Module:
     return module
 
 
-class Rows(nn.Module):
-    def __init__(self, inner: nn.Module):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x):
-        return self.inner(x)
-
-
 def lower(scheme: str, path: Path) -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
@@ -78,7 +69,7 @@ def lower(scheme: str, path: Path) -> None:
     module = quantized(Linears().eval(), scheme)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        programs = {f"rows{m}": torch.export.export(Rows(module), (torch.randn(m, HIDDEN),), strict=False)
+        programs = {f"rows{m}": torch.export.export(module, (torch.randn(m, HIDDEN),), strict=False)
                     for m in (1, 8)}
         path.write_bytes(to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
 

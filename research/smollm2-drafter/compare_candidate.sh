@@ -20,8 +20,8 @@ if has calibrate; then
       --threads 2 --json > "$R/calibrate.json"
 fi
 if has export; then
-  [ -d "$E/smol-hf-fp32" ] || $HF export --target smollm2-135m-instruct --drafter smollm2-135m-instruct \
-      --out "$E/smol-hf-fp32" --format onnx
+  # the shipped pair exported anew: a folder left from before a ship would hold the weights before it
+  $HF export --target smollm2-135m-instruct --drafter smollm2-135m-instruct --out "$E/smol-hf-fp32" --format onnx --force
   $HF export --target smollm2-135m-instruct --drafter "$CANDIDATE" --out "$E/smol-hf-fp32-$NAME" --format onnx --force
 fi
 if has costs; then
