@@ -313,3 +313,70 @@ def test_train_drafter_reads_the_cache_and_refuses_rows_it_does_not_hold(convers
     for row, ok in zip(tokens, anchorable):
         i = next(i for i in data.train_ids if (data.tokens[i] == row).all())
         assert data.greedy[i] and (ok == data.anchors[i]).all() and ok.any()
+
+
+def test_several_conversations_folders_train_as_one_set(conversations, tmp_path, capsys, monkeypatch):
+    """Two folders (the second a shorter copy: two of its three shards) as one --data: every row a batch
+    holds is that folder's row, padded as a single folder pads; batches draw from both folders; the held-out
+    rows take turns; train-drafter runs on the mix and records both parts; a folder that is not
+    conversations is refused in one line."""
+    import shutil
+
+    from test_copy_curriculum import tiny_target as make
+
+    from hyflash.cli import main
+    from hyflash.models.loading import save_target, weights_sha256
+    from hyflash.train import cached
+    from hyflash.train.batches import open_rows
+    from hyflash.train.cached import ConversationMix, ConversationRows
+
+    folder, model = conversations
+    target_dir = tmp_path / "target"
+    _, raw = make(vocab=model.cfg.vocab_size)
+    save_target(model, target_dir, raw)
+    short = tmp_path / "short"
+    shutil.copytree(folder, short)
+    for name, sums in (("shard-00002.npz", "checksums.json"), ("shard-00002.npy", "features/checksums.json"),
+                       ("shard-00002.labels.npy", "features/checksums.json")):
+        book = json.loads((short / sums).read_text())
+        del book[name]
+        (short / sums).write_text(json.dumps(book))
+    for f in (folder, short):  # both of this target
+        cfg = json.loads((f / "config.json").read_text())
+        cfg["target_sha256"] = weights_sha256(target_dir)
+        (f / "config.json").write_text(json.dumps(cfg))
+
+    monkeypatch.setattr(cached, "HELDOUT_EVERY", 10)  # held-out rows in both folders (6 and 4)
+    mix = open_rows([folder, short], target_dir, None, None, weights_sha256(target_dir))
+    one, two = ConversationRows(folder), ConversationRows(short)
+    assert isinstance(mix, ConversationMix) and len(two.tokens) == 40 < len(one.tokens) == 60
+    assert len(mix.train_ids) == len(one.train_ids) + len(two.train_ids)
+    assert mix.describe["conversations"] == 100 and len(mix.describe["parts"]) == 2
+    ids = [(1, two.train_ids[3]), (0, one.train_ids[5]), (1, two.train_ids[0])]
+    got = mix.rows(ids)
+    for r, (k, i) in enumerate(ids):
+        want = (one, two)[k].rows([i])
+        n = want.tokens.shape[1]
+        np.testing.assert_array_equal(got.tokens[r, :n], want.tokens[0])
+        np.testing.assert_array_equal(got.anchorable[r, :n], want.anchorable[0])
+        np.testing.assert_array_equal(got.features[r, :n], want.features[0])
+        np.testing.assert_array_equal(got.labels[r, :n], want.labels[0])
+        assert not got.anchorable[r, n:].any() and (got.labels[r, n:] == -1).all() and not got.features[r, n:].any()
+    drawn = mix.sample(np.random.default_rng(0), 16)
+    picks = [mix.train_ids[j] for j in np.random.default_rng(0).integers(0, len(mix.train_ids), size=16)]
+    assert {k for k, _ in picks} == {0, 1}  # a batch of 16 holds conversations of both folders
+    np.testing.assert_array_equal(drawn.tokens, mix.rows(picks).tokens)
+    assert mix.held_ids == [(0, i) if k == 0 else (1, j) for i, j in zip(one.held_ids, two.held_ids) for k in (0, 1)] \
+        + [(0, i) for i in one.held_ids[len(two.held_ids):]]  # turns, then the longer folder's rest
+    assert len(two.held_ids) == 4 and len(one.held_ids) == 6
+
+    args = ["train-drafter", "--target", str(target_dir), "--window", "16", "--steps", "2", "--batch", "2",
+            "--anchors", "4", "--eval-every", "1", "--eval-rows", "2", "--device", "cpu"]
+    assert main([*args, "--data", str(folder), str(short), "--out", str(tmp_path / "d")]) == 0
+    config = json.loads((tmp_path / "d" / "run_config.json").read_text())
+    assert [p["data"] for p in config["data"]["parts"]] == [str(folder), str(short)]
+    capsys.readouterr()
+    assert main([*args, "--data", str(folder), str(target_dir), "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a conversations folder" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "e").exists()

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from hyflash.models.generation import load_tokenizer
-from hyflash.train.cached import ConversationRows, is_conversations
+from hyflash.train.cached import ConversationMix, ConversationRows, is_conversations
 from hyflash.train.data import sample_windows, token_stream
 from hyflash.train.regenerate import is_regenerated, load_regenerated
 from hyflash.train.sources import build_streams, end_of_text
@@ -228,11 +228,25 @@ def is_corpus(path: Path) -> bool:
     return (Path(path) / "train.txt").is_file() and (Path(path) / "split.json").is_file()
 
 
-def open_rows(path: Path, target_dir: Path, tokenizer: Path | None, seq_len: int | None,
+def open_rows(path: Path | list[Path], target_dir: Path, tokenizer: Path | None, seq_len: int | None,
               target_sha256: str | None = None, progress: bool = True, features: bool = True):
     """Rows from a regenerated folder (conversations: with their feature cache unless `features` is False), a
-    corpus folder, or any text / .jsonl data, by what `path` holds.
-    `tokenizer`: a tokenizer.json to use instead of the target's own."""
+    corpus folder, or any text / .jsonl data, by what `path` holds; several conversations folders (a list)
+    train as one set (`ConversationMix`). `tokenizer`: a tokenizer.json to use instead of the target's own."""
+    if isinstance(path, (list, tuple)):
+        if len(path) == 1:
+            path = path[0]
+        else:
+            for p in path:
+                if not Path(p).exists():
+                    raise FileNotFoundError(f"{p}: no such folder; --data takes one path, or several conversations "
+                                            "folders (`hyflash regenerate` of chat prompts)")
+                if not is_conversations(Path(p)):
+                    raise ValueError(f"{p}: not a conversations folder; --data takes several folders only when each "
+                                     "is one (`hyflash regenerate` of chat prompts); give other data as one path")
+            if seq_len is not None:
+                raise ValueError("conversations are rows of their own length; leave --seq-len out")
+            return ConversationMix([ConversationRows(Path(p), features, target_sha256) for p in path])
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder; --data takes a corpus folder (`hyflash corpus`), "

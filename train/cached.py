@@ -162,6 +162,56 @@ class ConversationRows:
         return np.bincount(ids, minlength=vocab)[:vocab]
 
 
+def stack_rows(parts: list[Rows]) -> Rows:
+    """Rows of several batches as one, each padded to the longest as `ConversationRows.rows` pads (token 0, no
+    anchors, zero features, no labels), so conversations of several folders can share a batch."""
+    t = max(p.tokens.shape[1] for p in parts)
+
+    def pad(a: np.ndarray | None, fill) -> np.ndarray | None:
+        if a is None:
+            return None
+        width = [(0, 0), (0, t - a.shape[1])] + [(0, 0)] * (a.ndim - 2)
+        return np.pad(a, width, constant_values=fill)
+
+    cat = (lambda name, fill: None if getattr(parts[0], name) is None
+           else np.concatenate([pad(getattr(p, name), fill) for p in parts]))
+    return Rows(cat("tokens", 0), cat("anchorable", False), cat("features", 0), cat("labels", -1))
+
+
+class ConversationMix:
+    """Several conversations folders of one target as one training set: a batch draws conversations from
+    all of them alike (each folder in proportion to its training conversations); the held-out rows take
+    turns among the folders, so the log's held-out tau measures each of them."""
+
+    def __init__(self, parts: list[ConversationRows]):
+        taps = {str(p.config.get("taps")) for p in parts}
+        if len(taps) > 1:
+            raise ValueError(f"the --data folders were regenerated with different taps ({', '.join(sorted(taps))}); "
+                             "regenerate them with one target")
+        self.parts, self.config = parts, parts[0].config
+        self.features = parts[0].features
+        self.train_ids = [(k, i) for k, p in enumerate(parts) for i in p.train_ids]
+        turns = max(len(p.held_ids) for p in parts)
+        self.held_ids = [(k, p.held_ids[j]) for j in range(turns) for k, p in enumerate(parts) if j < len(p.held_ids)]
+        self.seq_len = max(p.seq_len for p in parts)
+        self.describe = {"kind": "conversations", "parts": [p.describe for p in parts], "feature_cache": self.features,
+                         **{k: sum(p.describe[k] for p in parts)
+                            for k in ("conversations", "answer_tokens", "heldout_conversations")}}
+
+    def rows(self, ids) -> Rows:
+        """ids: (folder, conversation) pairs, in order."""
+        return stack_rows([self.parts[k].rows([i]) for k, i in ids])
+
+    def sample(self, rng: np.random.Generator, n: int) -> Rows:
+        return self.rows([self.train_ids[j] for j in rng.integers(0, len(self.train_ids), size=n)])
+
+    def heldout(self, n: int) -> Rows | None:
+        return self.rows(self.held_ids[:n]) if self.held_ids else None
+
+    def token_counts(self, vocab: int) -> np.ndarray:
+        return sum(p.token_counts(vocab) for p in self.parts)
+
+
 @torch.no_grad()
 def cache_features(target: Target, folder: Path, rows_at_once: int = 8, progress: bool = True) -> dict:
     """Write (or finish) the feature cache of a conversations folder: the target's full forward over every

@@ -91,8 +91,8 @@ def cmd_train_drafter(args) -> int:
                      features=not args.no_feature_cache)
     cached = getattr(rows, "features", False)
     if cached and rows.config.get("taps") != list(target.taps):
-        raise CliError(f"{args.data}: its features are of taps {rows.config.get('taps')}, this target's drafter "
-                       f"reads taps {list(target.taps)}; run `hyflash cache-features` for them")
+        raise CliError(f"{' '.join(map(str, args.data))}: its features are of taps {rows.config.get('taps')}, this "
+                       f"target's drafter reads taps {list(target.taps)}; run `hyflash cache-features` for them")
     if args.distant_repeats is not None:
         if cached:
             raise CliError("--distant-repeats makes rows the feature cache does not hold; add --no-feature-cache")
@@ -259,9 +259,10 @@ def _calibrate_parser(sub) -> None:
 def _train_drafter_parser(sub) -> None:
     p = sub.add_parser("train-drafter", help="distil a drafter from a frozen target")
     p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")
-    p.add_argument("--data", type=Path, default=Path("data/corpus"),
+    p.add_argument("--data", type=Path, nargs="+", default=[Path("data/corpus")],
                    help="a corpus folder (hyflash corpus), a regenerated folder (hyflash regenerate), or text files, "
-                        "folders, .jsonl of {\"text\"} or chat {\"messages\"} (rendered with the target's template)")
+                        "folders, .jsonl of {\"text\"} or chat {\"messages\"} (rendered with the target's template); "
+                        "several conversations folders train as one set")
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="a tokenizer.json to use instead of the target's own")
     p.add_argument("--memory", choices=["mamba2", "gated_deltanet", "off"], help="default mamba2")

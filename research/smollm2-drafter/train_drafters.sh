@@ -10,17 +10,19 @@
 # NO_CACHE=1 runs the target on each batch instead (shards written with --no-features have no cache).
 # LOOKUP=1 with INIT_FROM adds prompt-lookup's block as an input of the drafter it continues (new weights at
 # zero): INIT_FROM=smollm2-135m-instruct LOOKUP=1 RUN=runs/smollm2-hyflash-lookup STEPS=600 LR=3e-4 WARMUP=20 NO_CACHE=1
+# Both chat sets at once: DATA="data/chat/smollm2-regen data/chat/smollm2-regen-prose".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
-DATA=${DATA:-data/chat/smollm2-regen}
+DATA=${DATA:-data/chat/smollm2-regen}  # several folders, space-separated, train as one set
+read -ra data <<< "$DATA"
 STEPS=${STEPS:-3000}
 VOCAB=${VOCAB:-16384}  # the draft vocabulary pilots chose 16K (docs/results-smollm2.md)
 WHICH=${WHICH:-hyflash}
 stop=${STOP_AFTER:+--stop-after $STOP_AFTER}
 init=${INIT_FROM:+--init-from $INIT_FROM}
 arch=(--draft-vocab "$VOCAB")
-common=(--target smollm2-135m-instruct --data "$DATA" --steps "$STEPS" --batch 4
+common=(--target smollm2-135m-instruct --data "${data[@]}" --steps "$STEPS" --batch 4
         --anchors 48 --lr "${LR:-1e-3}" --warmup "${WARMUP:-100}" --eval-every 100 --eval-rows 16
         --checkpoint-every 50 --threads "${THREADS:-2}" --device "${DEVICE:-cpu}" $stop $init
         ${NO_CACHE:+--no-feature-cache} ${LOOKUP:+--lookup-input})
