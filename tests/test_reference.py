@@ -92,3 +92,31 @@ def test_long_run_to_the_usable_context(reference_export):
     assert r["nonfinite_buffers"] == []
     assert r["rounds_checked"] >= r["rounds"]  # the drafter context was checked after every round
     assert r["peak_rss_growth"] <= r["target_kv_bytes"] + 16 * 2**20  # the cache's pages, and little else
+
+
+def test_walked_tau_counts_the_loops_rounds(reference_export, prompt):
+    """Training's walked held-out tau counts what the loop counts: on the target's own greedy continuation,
+    the teacher-forced acceptance lengths walked round by round are the loop's rounds, one for one (the mean
+    over every anchor, what `tau` estimates, is higher)."""
+    import numpy as np
+
+    from hyflash.models.loading import load_drafter, load_target
+    from hyflash.train.batches import Rows
+    from hyflash.train.drafter import Distill, acceptance_lengths, walk
+
+    stats, n = Stats(), 96
+    list(Runtime(reference_export, "eager").generate(prompt, GenerationConfig(max_new_tokens=n + 16, ignore_eos=True),
+                                                     stats))
+    s = len(prompt)
+    tokens = np.array([prompt + stats.tokens[:n]], np.int64)
+    anchorable = np.zeros(tokens.shape, bool)
+    anchorable[0, s - 1:s + n - 7] = True  # the next 7 tokens are the target's: prompt's last token .. n - 8
+    target = load_target(resolve("reference", "target"))
+    drafter = load_drafter(resolve("reference", "drafter"), target).eval()
+    (length,) = acceptance_lengths(Distill(drafter, target, anchors=48), Rows(tokens, anchorable))
+    assert (length[s - 1:s + n - 7] >= 1).all() and not length[:s - 1].any() and not length[s + n - 7:].any()
+    rounds = walk(length)
+    loop = [k + 1 for k in stats.realised_accepted]
+    assert len(rounds) >= 10 and rounds == loop[:len(rounds)]
+    assert n - 7 <= sum(rounds) <= n  # every round whose anchor has its 7 labels, and no other
+    assert np.mean(length[s:s + n - 7]) > sum(rounds) / len(rounds)

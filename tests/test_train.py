@@ -157,6 +157,7 @@ def test_eval_drafter_gives_the_training_logs_held_out_figures(corpus, tmp_path,
     assert got["rows"] == 3 and got["memory_history"] is None
     assert got["tau"] == pytest.approx(logged["heldout_tau"], abs=1e-6)
     assert got["ce"] == pytest.approx(logged["heldout_ce"], rel=1e-5)
+    assert got["walked_tau"] == pytest.approx(logged["heldout_walked_tau"], abs=1e-6) and got["walked_rounds"] > 0
     assert main(common + ["--memory-history", "1"]) == 0
     limited = json.loads(capsys.readouterr().out)
     assert limited["memory_history"] == 1 and limited["ce"] != pytest.approx(got["ce"], rel=1e-5)
@@ -458,7 +459,8 @@ def test_drafter_training_logs_heldout_tau_and_refuses_a_resume_with_other_flags
     assert main(args) == 0
     log = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in log if "heldout_tau" in e] == [2, 3]  # every 2 steps and at the end
-    assert all(1.0 <= e["heldout_tau"] <= 8.0 and e["tokens_per_s"] > 0 for e in log if "heldout_tau" in e)
+    assert all(1.0 <= e["heldout_tau"] <= 8.0 and 1.0 <= e["heldout_walked_tau"] <= 8.0 and e["tokens_per_s"] > 0
+               for e in log if "heldout_tau" in e)
     capsys.readouterr()
     assert main([*args[:-4], "--lr", "5e-4", "--steps", "5"]) == 2  # a resume with another lr
     err = capsys.readouterr().err

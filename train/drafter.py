@@ -160,7 +160,8 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: 
 
     def evaluate(m) -> dict:
         _, metrics = _on_rows(m, held)
-        return {"tau": metrics["tau"], "ce": metrics["ce"]}
+        inner = m.module if hasattr(m, "module") else m  # DDP
+        return {"tau": metrics["tau"], "ce": metrics["ce"], "walked_tau": walked_tau(inner, held)["walked_tau"]}
 
     train(model, _on_rows, data.sample, cfg, f"drafter-{drafter_cfg.name}", evaluate if held is not None else None,
           eval_every, {"drafter": drafter_cfg.to_dict(), "anchors": anchors, **(run_config or {}),
@@ -178,6 +179,58 @@ def _on_rows(model: Distill, rows: Rows):
 
 
 @torch.no_grad()
+def acceptance_lengths(model: Distill, rows) -> list[np.ndarray]:
+    """Per row, (T,) int: at each position an anchor may take, 1 + the drafts the drafter's greedy chain gets
+    right there before its first miss (teacher-forced: the tokens it is fed are the target's); 0 elsewhere."""
+    every = Distill(model.drafter, model.target[0], anchors=10**9).to(model.slot_weight.device)
+    cached = getattr(rows, "features", None) is not None
+    out = []
+    for r in range(len(rows)):
+        one = rows[r:r + 1]
+        length = np.zeros(one.tokens.shape[1], np.int64)
+        args = (torch.from_numpy(one.tokens), torch.from_numpy(one.anchorable))
+        if cached:
+            args += (torch.from_numpy(one.features), torch.from_numpy(one.labels))
+        for a, labels, states, prev, _, copy in every.predict(*args):
+            _, guess = chunked_head_loss(every.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
+                                         tuple(x.flatten() for x in copy) if copy is not None else None)
+            right = (guess.view_as(labels) == labels).long().cumprod(-1).sum(-1)
+            length[a.cpu().numpy()] = 1 + right.cpu().numpy()
+        out.append(length)
+    return out
+
+
+def walk(length: np.ndarray) -> list[int]:
+    """The tokens each round of the loop commits over one row, on teacher-forced acceptance lengths (`length` > 0
+    where an anchor may take; a run of such positions is one answer, its first the last prompt token). Prefill
+    gives an answer's first token, so its first round is anchored one after the run's start; a round commits
+    `length` tokens and the next is anchored where they end."""
+    rounds, p, t = [], 0, len(length)
+    while p < t:
+        if length[p] == 0:
+            p += 1
+            continue
+        p += 1  # prefill's token
+        while p < t and length[p] > 0:
+            rounds.append(int(length[p]))
+            p += int(length[p])
+    return rounds
+
+
+@torch.no_grad()
+def walked_tau(model: Distill, rows) -> dict:
+    """Held-out tau as the loop counts it (tokens per round): each answer of each row walked round by round on
+    the teacher-forced acceptance lengths (`acceptance_lengths`, `walk`). The mean over drawn anchors (`tau`)
+    is higher wherever acceptance varies: a long accepted run is one round in the loop but as many anchors as
+    it has tokens in the mean."""
+    was = model.training
+    model.eval()
+    rounds = [n for length in acceptance_lengths(model, rows) for n in walk(length)]
+    model.train(was)
+    return {"walked_tau": sum(rounds) / max(len(rounds), 1), "walked_tokens": sum(rounds), "walked_rounds": len(rounds)}
+
+
+@torch.no_grad()
 def evaluate_drafter(target: Target, drafter: Drafter, data, rows: int = 16, anchors: int = 48) -> dict:
     """A drafter's held-out figures as its weights are, no step taken: teacher-forced tau (1 + the drafts its
     greedy chain gets right before the first miss, the bonus included) and cross-entropy on the first `rows`
@@ -187,8 +240,10 @@ def evaluate_drafter(target: Target, drafter: Drafter, data, rows: int = 16, anc
         raise ValueError("the data has no held-out rows to measure on")
     device = next(drafter.parameters()).device
     target.to(device)
-    _, metrics = _on_rows(Distill(drafter.eval(), target, anchors).to(device), held)
-    return {"tau": float(metrics["tau"]), "ce": float(metrics["ce"]), "rows": len(held.tokens), "anchors": anchors}
+    model = Distill(drafter.eval(), target, anchors).to(device)
+    _, metrics = _on_rows(model, held)
+    return {"tau": float(metrics["tau"]), "ce": float(metrics["ce"]), **walked_tau(model, held),
+            "rows": len(held.tokens), "anchors": anchors}
 
 
 def _fresh_drafter(target: Target, drafter_cfg: DrafterConfig, data) -> Drafter:

@@ -146,7 +146,8 @@ def cmd_eval_drafter(args) -> int:
               **evaluate_drafter(target, drafter, rows, args.rows, args.anchors)}
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
-    emit(args, report, lambda: f"held-out tau {report['tau']:.3f} (teacher-forced), cross-entropy "
+    emit(args, report, lambda: f"held-out tau {report['tau']:.3f} (teacher-forced, mean over anchors), "
+                               f"{report['walked_tau']:.3f} walked as the loop rounds; cross-entropy "
                                f"{report['ce']:.3f}, on {report['rows']} rows x {report['anchors']} anchors")
     return 0
 
