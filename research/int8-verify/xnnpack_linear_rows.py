@@ -8,8 +8,10 @@ weights at its shapes: q, o 576 -> 576; k, v 576 -> 192; gate, up 576 -> 1536; d
 threads), the 8-row / 1-row ratio, and whether each row of the 8-row call equals the same row run alone,
 bit for bit (what a verify needs). Schemes: fp32; 8da4w in groups of 32 (shipped), 64 and 192; 8da4w per
 output channel; 8da8w per channel. Raw JSON to research/int8-verify/results/xnnpack_linear_rows.json.
+`--vocab`: the vocabulary projection instead (576 -> 49,152, the int4 export's 8da4w LM head), its output the
+logits of every row; raw JSON to results/xnnpack_vocab_rows.json.
 
-    .venv/bin/python research/int8-verify/xnnpack_linear_rows.py
+    .venv/bin/python research/int8-verify/xnnpack_linear_rows.py [--vocab]
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-OUT = Path(__file__).parent / "results" / "xnnpack_linear_rows.json"
-HIDDEN, KV, MLP, LAYERS = 576, 192, 1536, 30
+RESULTS = Path(__file__).parent / "results"
+HIDDEN, KV, MLP, LAYERS, VOCAB = 576, 192, 1536, 30, 49152
 THREADS, REPEATS = 2, 200
 
 
@@ -48,6 +50,17 @@ class Linears(nn.Module):
         return x
 
 
+class Vocab(nn.Module):
+    """The LM head alone: (rows, 576) -> (rows, 49,152) logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, x):
+        return self.head(x)
+
+
 def quantized(module: nn.Module, scheme: str) -> nn.Module:
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
@@ -61,12 +74,12 @@ def quantized(module: nn.Module, scheme: str) -> nn.Module:
     return module
 
 
-def lower(scheme: str, path: Path) -> None:
+def lower(scheme: str, path: Path, kind: type[nn.Module]) -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     torch.manual_seed(0)
-    module = quantized(Linears().eval(), scheme)
+    module = quantized(kind().eval(), scheme)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         programs = {f"rows{m}": torch.export.export(module, (torch.randn(m, HIDDEN),), strict=False)
@@ -86,6 +99,12 @@ def timed(method, x: torch.Tensor) -> float:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vocab", action="store_true", help="the vocabulary projection instead of the layers' linears")
+    args = ap.parse_args()
+    kind, out = (Vocab, RESULTS / "xnnpack_vocab_rows.json") if args.vocab else (Linears, RESULTS / "xnnpack_linear_rows.json")
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
     from executorch.runtime import Runtime
 
@@ -95,7 +114,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for scheme in ("fp32", "8da4w-32", "8da4w-64", "8da4w-192", "8da4w-channel", "8da8w-channel"):
             path = Path(tmp) / f"{scheme}.pte"
-            lower(scheme, path)
+            lower(scheme, path, kind)
             program = Runtime.get().load_program(str(path))
             one, eight = program.load_method("rows1"), program.load_method("rows8")
             block = eight.execute([x])[0]
@@ -106,9 +125,10 @@ def main() -> None:
                          "max_abs_row_diff": float((block - alone).abs().max())})
             print(f"{scheme:>14}: 1 row {ms1:6.2f} ms, 8 rows {ms8:6.2f} ms ({ms8 / ms1:.2f}x), rows bit-equal "
                   f"{rows[-1]['rows_bit_equal']} (max diff {rows[-1]['max_abs_row_diff']:.1e})", flush=True)
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps({"threads": THREADS, "repeats": REPEATS, "layers": LAYERS,
-                               "shapes": {"hidden": HIDDEN, "kv": KV, "mlp": MLP}, "rows": rows}, indent=1))
+    out.parent.mkdir(exist_ok=True)
+    shapes = {"hidden": HIDDEN, "vocab": VOCAB} if args.vocab else {"hidden": HIDDEN, "kv": KV, "mlp": MLP}
+    out.write_text(json.dumps({"threads": THREADS, "repeats": REPEATS, "module": kind.__name__,
+                               **({} if args.vocab else {"layers": LAYERS}), "shapes": shapes, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
