@@ -24,7 +24,9 @@ def summary(log: list[dict]) -> dict:
     return {"steps": log[-1]["step"], "wall_hours": round(float(elapsed[-1]) / 3600, 2),
             "sequence_tokens": int(sum(r["tokens_per_s"] * s for r, s in zip(log, steps_s))),
             "last_loss_25": round(float(np.mean([r["loss"] for r in log[-25:]])), 3),
-            "heldout_tau": [(r["step"], round(r["heldout_tau"], 3)) for r in held]}
+            "heldout_tau": [(r["step"], round(r["heldout_tau"], 3)) for r in held],
+            **({"heldout_walked_tau": [(r["step"], round(r["heldout_walked_tau"], 3)) for r in held]}
+               if held and "heldout_walked_tau" in held[-1] else {})}
 
 
 def main() -> None:
@@ -48,9 +50,14 @@ def main() -> None:
         smooth = np.convolve(loss, np.ones(25) / 25, mode="valid")
         loss_ax.plot(steps[24:], smooth, label=label)
         held = [r for r in log if "heldout_tau" in r]
-        tau_ax.plot([r["step"] for r in held], [r["heldout_tau"] for r in held], marker="o", label=label)
+        line, = tau_ax.plot([r["step"] for r in held], [r["heldout_tau"] for r in held], marker="o", label=label)
+        walked = [r for r in log if "heldout_walked_tau" in r]
+        if walked:  # the same rows walked as the loop rounds: dashed, the run's colour
+            tau_ax.plot([r["step"] for r in walked], [r["heldout_walked_tau"] for r in walked], marker="s", ls="--",
+                        color=line.get_color(), label=f"{label}, walked")
     loss_ax.set(xlabel="step", ylabel="training loss (25-step mean)", yscale="log", title="loss")
-    tau_ax.set(xlabel="step", ylabel="held-out tau (tokens per round, teacher-forced)", title="held-out tau")
+    tau_ax.set(xlabel="step", ylabel="held-out tau (tokens per round, teacher-forced)",
+               title="held-out tau: mean over anchors (solid), walked as the loop (dashed)")
     for ax in (loss_ax, tau_ax):
         ax.legend()
         ax.grid(alpha=0.3)
