@@ -56,8 +56,8 @@ def main() -> None:
             tau_ax.plot([r["step"] for r in walked], [r["heldout_walked_tau"] for r in walked], marker="s", ls="--",
                         color=line.get_color(), label=f"{label}, walked")
     loss_ax.set(xlabel="step", ylabel="training loss (25-step mean)", yscale="log", title="loss")
-    tau_ax.set(xlabel="step", ylabel="held-out tau (tokens per round, teacher-forced)",
-               title="held-out tau: mean over anchors (solid), walked as the loop (dashed)")
+    tau_ax.set(xlabel="step", ylabel="held-out tau (teacher-forced)",
+               title="held-out tau (dashed: walked as the loop)")
     for ax in (loss_ax, tau_ax):
         ax.legend()
         ax.grid(alpha=0.3)
