@@ -279,6 +279,8 @@ def test_a_checkout_without_features_extends_the_run_and_rewrites_nothing(conver
 
 
 def test_train_drafter_reads_the_cache_and_refuses_rows_it_does_not_hold(conversations, tmp_path, capsys):
+    import shutil
+
     from test_copy_curriculum import tiny_target as make
 
     from hyflash.cli import main
@@ -288,6 +290,7 @@ def test_train_drafter_reads_the_cache_and_refuses_rows_it_does_not_hold(convers
     target_dir = tmp_path / "target"
     _, raw = make(vocab=model.cfg.vocab_size)
     save_target(model, target_dir, raw)
+    folder = Path(shutil.copytree(folder, tmp_path / "regen"))  # a copy: the module's folder stays as made
     cfg = json.loads((folder / "config.json").read_text())
     from hyflash.models.loading import weights_sha256
     cfg["target_sha256"] = weights_sha256(target_dir)
@@ -334,6 +337,7 @@ def test_several_conversations_folders_train_as_one_set(conversations, tmp_path,
     target_dir = tmp_path / "target"
     _, raw = make(vocab=model.cfg.vocab_size)
     save_target(model, target_dir, raw)
+    folder = shutil.copytree(folder, tmp_path / "regen")  # a copy: the module's folder stays as made
     short = tmp_path / "short"
     shutil.copytree(folder, short)
     for name, sums in (("shard-00002.npz", "checksums.json"), ("shard-00002.npy", "features/checksums.json"),
@@ -369,6 +373,17 @@ def test_several_conversations_folders_train_as_one_set(conversations, tmp_path,
     assert mix.held_ids == [(0, i) if k == 0 else (1, j) for i, j in zip(one.held_ids, two.held_ids) for k in (0, 1)] \
         + [(0, i) for i in one.held_ids[len(two.held_ids):]]  # turns, then the longer folder's rest
     assert len(two.held_ids) == 4 and len(one.held_ids) == 6
+    held = mix.heldout(10)
+    assert held.greedy.tolist() == [(one, two)[k].greedy[i] for k, i in mix.held_ids]
+    assert 0 < held.greedy.sum() < 10  # both kinds among them: the walk below skips the sampled ones
+    from hyflash.models.drafter import Drafter, DrafterConfig
+    from hyflash.train.drafter import Distill, walked_tau
+
+    torch.manual_seed(0)
+    walked = walked_tau(Distill(Drafter.for_target(model, DrafterConfig.for_target(model, window=16)), model, 6), held)
+    assert walked["walked_rows"] == held.greedy.sum() and walked["walked_rounds"] > 0
+    with pytest.raises(ValueError, match="names a folder twice"):
+        open_rows([folder, short, folder], target_dir, None, None, weights_sha256(target_dir))
 
     args = ["train-drafter", "--target", str(target_dir), "--window", "16", "--steps", "2", "--batch", "2",
             "--anchors", "4", "--eval-every", "1", "--eval-rows", "2", "--device", "cpu"]

@@ -140,7 +140,8 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: 
                   eval_every: int | None = None, eval_rows: int = 16, run_config: dict | None = None,
                   init_from: Path | None = None, add_lookup_input: bool = False) -> Path:
     """`data`: rows to train on (`hyflash.train.batches.open_rows`); every `eval_every` steps the log
-    gets the held-out tau and cross-entropy on `eval_rows` fixed held-out rows (`heldout_tau`).
+    gets the held-out tau, cross-entropy and walked tau on `eval_rows` fixed held-out rows (`heldout_tau`,
+    `heldout_walked_tau`: `walked_tau`).
     `init_from`: continue from that drafter folder's weights and config (`drafter_cfg` None); the run's
     own schedule (warm-up, cosine decay) starts afresh; `add_lookup_input` gives it prompt-lookup's block as an
     input (new weights at zero: it starts drafting exactly as the folder's)."""
@@ -160,8 +161,8 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: 
 
     def evaluate(m) -> dict:
         _, metrics = _on_rows(m, held)
-        inner = m.module if hasattr(m, "module") else m  # DDP
-        return {"tau": metrics["tau"], "ce": metrics["ce"], "walked_tau": walked_tau(inner, held)["walked_tau"]}
+        walked = walked_tau(m, held)["walked_tau"]
+        return {"tau": metrics["tau"], "ce": metrics["ce"], **({"walked_tau": walked} if walked is not None else {})}
 
     train(model, _on_rows, data.sample, cfg, f"drafter-{drafter_cfg.name}", evaluate if held is not None else None,
           eval_every, {"drafter": drafter_cfg.to_dict(), "anchors": anchors, **(run_config or {}),
@@ -178,24 +179,34 @@ def _on_rows(model: Distill, rows: Rows):
                  torch.from_numpy(rows.features) if cached else None, torch.from_numpy(rows.labels) if cached else None)
 
 
+ANCHORS_AT_ONCE = 256  # acceptance_lengths' anchors per call: the eager forms' masks grow with anchors x length
+
+
 @torch.no_grad()
 def acceptance_lengths(model: Distill, rows) -> list[np.ndarray]:
     """Per row, (T,) int: at each position an anchor may take, 1 + the drafts the drafter's greedy chain gets
-    right there before its first miss (teacher-forced: the tokens it is fed are the target's); 0 elsewhere."""
-    every = Distill(model.drafter, model.target[0], anchors=10**9).to(model.slot_weight.device)
+    right there before its first miss (teacher-forced: the tokens it is fed are the target's); 0 elsewhere.
+    A row's anchors go `ANCHORS_AT_ONCE` at a time."""
+    every = Distill(model.drafter, model.target[0], anchors=ANCHORS_AT_ONCE).to(model.slot_weight.device)
     cached = getattr(rows, "features", None) is not None
+    block = model.drafter.cfg.block
     out = []
     for r in range(len(rows)):
         one = rows[r:r + 1]
-        length = np.zeros(one.tokens.shape[1], np.int64)
-        args = (torch.from_numpy(one.tokens), torch.from_numpy(one.anchorable))
-        if cached:
-            args += (torch.from_numpy(one.features), torch.from_numpy(one.labels))
-        for a, labels, states, prev, _, copy in every.predict(*args):
-            _, guess = chunked_head_loss(every.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
-                                         tuple(x.flatten() for x in copy) if copy is not None else None)
-            right = (guess.view_as(labels) == labels).long().cumprod(-1).sum(-1)
-            length[a.cpu().numpy()] = 1 + right.cpu().numpy()
+        t = one.tokens.shape[1]
+        length = np.zeros(t, np.int64)
+        allowed = np.flatnonzero(one.anchorable[0, 1:t - block]) + 1  # as `draw_anchors` allows them
+        for start in range(0, len(allowed), ANCHORS_AT_ONCE):
+            mask = np.zeros_like(one.anchorable)
+            mask[0, allowed[start:start + ANCHORS_AT_ONCE]] = True
+            args = (torch.from_numpy(one.tokens), torch.from_numpy(mask))
+            if cached:
+                args += (torch.from_numpy(one.features), torch.from_numpy(one.labels))
+            for a, labels, states, prev, _, copy in every.predict(*args):
+                _, guess = chunked_head_loss(every.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
+                                             tuple(x.flatten() for x in copy) if copy is not None else None)
+                right = (guess.view_as(labels) == labels).long().cumprod(-1).sum(-1)
+                length[a.cpu().numpy()] = 1 + right.cpu().numpy()
         out.append(length)
     return out
 
@@ -219,22 +230,31 @@ def walk(length: np.ndarray) -> list[int]:
 
 @torch.no_grad()
 def walked_tau(model: Distill, rows) -> dict:
-    """Held-out tau as the loop counts it (tokens per round): each answer of each row walked round by round on
-    the teacher-forced acceptance lengths (`acceptance_lengths`, `walk`). The mean over drawn anchors (`tau`)
-    is higher wherever acceptance varies: a long accepted run is one round in the loop but as many anchors as
-    it has tokens in the mean."""
+    """Held-out tau as the loop counts it (tokens per round): each answer walked round by round on the
+    teacher-forced acceptance lengths (`acceptance_lengths`, `walk`). Where the rows say which conversations
+    were answered greedily (chat data), only those are walked: on them the walk makes the greedy loop's rounds
+    (a sampled answer's later tokens are not the ones a greedy loop commits). The mean over drawn anchors
+    (`tau`) is usually higher: a long accepted run is one round in the loop but as many anchors as it has
+    tokens in the mean. walked_tau is None when no row has a round."""
+    greedy = getattr(rows, "greedy", None)
+    if greedy is not None:
+        rows = rows[np.flatnonzero(greedy)]
     was = model.training
     model.eval()
-    rounds = [n for length in acceptance_lengths(model, rows) for n in walk(length)]
-    model.train(was)
-    return {"walked_tau": sum(rounds) / max(len(rounds), 1), "walked_tokens": sum(rounds), "walked_rounds": len(rounds)}
+    try:
+        rounds = [n for length in acceptance_lengths(model, rows) for n in walk(length)] if len(rows) else []
+    finally:
+        model.train(was)
+    return {"walked_tau": sum(rounds) / len(rounds) if rounds else None, "walked_tokens": sum(rounds),
+            "walked_rounds": len(rounds), "walked_rows": len(rows)}
 
 
 @torch.no_grad()
 def evaluate_drafter(target: Target, drafter: Drafter, data, rows: int = 16, anchors: int = 48) -> dict:
     """A drafter's held-out figures as its weights are, no step taken: teacher-forced tau (1 + the drafts its
-    greedy chain gets right before the first miss, the bonus included) and cross-entropy on the first `rows`
-    held-out rows of `data` (`open_rows`), the rows and anchors training's log measures on."""
+    greedy chain gets right before the first miss, the bonus included), cross-entropy and the walked tau
+    (`walked_tau`) on the first `rows` held-out rows of `data` (`open_rows`), the rows and anchors training's
+    log measures on."""
     held = data.heldout(rows)
     if held is None:
         raise ValueError("the data has no held-out rows to measure on")

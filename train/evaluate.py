@@ -52,3 +52,37 @@ def plot_loss_by_position(report: dict, path: Path, marks: dict[str, int] | None
            title=f"target: loss by position ({report['windows']} windows of {report['seq_len']})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def plot_training_log(log_path: Path, path: Path, title: str) -> dict:
+    """Loss curve (per step and a 25-step mean) of a run's log.jsonl; returns a summary."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log = [json.loads(line) for line in Path(log_path).read_text().splitlines()]
+    steps = np.array([e["step"] for e in log])
+    loss = np.array([e["loss"] for e in log])
+    mean = np.convolve(loss, np.ones(25) / 25, mode="valid") if len(loss) >= 25 else loss
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, loss, alpha=0.3, label="per step")
+    ax.plot(steps[len(steps) - len(mean):], mean, label="25-step mean")
+    ax.set(xlabel="step", ylabel="training loss (nats/token)", title=title)
+    ax.legend(loc="upper left")
+    held = [(e["step"], e["heldout_tau"]) for e in log if "heldout_tau" in e]
+    walked = [(e["step"], e["heldout_walked_tau"]) for e in log if "heldout_walked_tau" in e]
+    if held:  # drafter runs: held-out tau on the right axis
+        right = ax.twinx()
+        right.plot(*zip(*held), color="tab:green", marker="o", label="held-out tau (mean over anchors)")
+        if walked:
+            right.plot(*zip(*walked), color="tab:red", marker="s", label="held-out tau (walked as the loop)")
+        right.set_ylabel("held-out tau (tokens per round)")
+        right.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return {"steps": int(steps[-1]), "final_loss_25": float(mean[-1]), "wall_s": log[-1]["elapsed_s"],
+            **({"final_heldout_tau": held[-1][1]} if held else {}),
+            **({"final_heldout_walked_tau": walked[-1][1]} if walked else {})}

@@ -141,14 +141,16 @@ def cmd_eval_drafter(args) -> int:
         rows = DistantRepeats(rows, args.distant_repeats)
     target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     drafter.to(device)
-    report = {"drafter": str(drafter_dir), "target": str(target_dir), "data": str(args.data),
+    report = {"drafter": str(drafter_dir), "target": str(target_dir), "data": " ".join(map(str, args.data)),
               "distant_repeats": args.distant_repeats, "memory_history": args.memory_history,
               **evaluate_drafter(target, drafter, rows, args.rows, args.anchors)}
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
-    emit(args, report, lambda: f"held-out tau {report['tau']:.3f} (teacher-forced, mean over anchors), "
-                               f"{report['walked_tau']:.3f} walked as the loop rounds; cross-entropy "
-                               f"{report['ce']:.3f}, on {report['rows']} rows x {report['anchors']} anchors")
+    walked = "no round to walk" if report["walked_tau"] is None else \
+        f"{report['walked_tau']:.3f} walked as the loop rounds on {report['walked_rows']} rows"
+    emit(args, report, lambda: f"held-out tau {report['tau']:.3f} (teacher-forced, mean over anchors), {walked}; "
+                               f"cross-entropy {report['ce']:.3f}, on {report['rows']} rows x {report['anchors']} "
+                               "anchors")
     return 0
 
 
@@ -302,7 +304,9 @@ def _eval_drafter_parser(sub) -> None:
     p = sub.add_parser("eval-drafter", help="a drafter's held-out tau and cross-entropy, teacher-forced, as it is")
     p.add_argument("--drafter", required=True, help="drafter folder, or a reference name")
     p.add_argument("--target", required=True, help="checkpoint folder, or 'reference'")
-    p.add_argument("--data", type=Path, required=True, help="what train-drafter reads (--data there); its held-out rows")
+    p.add_argument("--data", type=Path, nargs="+", required=True,
+                   help="what train-drafter reads (--data there, one path or several conversations folders); "
+                        "its held-out rows")
     p.add_argument("--tokenizer", type=Path, default=None, help="a tokenizer.json to use instead of the target's own")
     p.add_argument("--seq-len", type=positive(), default=None, help="row length (as train-drafter's)")
     p.add_argument("--rows", type=positive(), default=16, help="held-out rows to measure on")

@@ -25,8 +25,8 @@ def summary(log: list[dict]) -> dict:
             "sequence_tokens": int(sum(r["tokens_per_s"] * s for r, s in zip(log, steps_s))),
             "last_loss_25": round(float(np.mean([r["loss"] for r in log[-25:]])), 3),
             "heldout_tau": [(r["step"], round(r["heldout_tau"], 3)) for r in held],
-            **({"heldout_walked_tau": [(r["step"], round(r["heldout_walked_tau"], 3)) for r in held]}
-               if held and "heldout_walked_tau" in held[-1] else {})}
+            **({"heldout_walked_tau": [(r["step"], round(r["heldout_walked_tau"], 3)) for r in walked]}
+               if (walked := [r for r in held if "heldout_walked_tau" in r]) else {})}
 
 
 def main() -> None:
