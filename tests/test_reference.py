@@ -94,7 +94,7 @@ def test_long_run_to_the_usable_context(reference_export):
     assert r["peak_rss_growth"] <= r["target_kv_bytes"] + 16 * 2**20  # the cache's pages, and little else
 
 
-def test_walked_tau_counts_the_loops_rounds(reference_export, prompt):
+def test_walked_tau_counts_the_loops_rounds(reference_export, prompt, monkeypatch):
     """Training's walked held-out tau counts what the loop counts: on the target's own greedy continuation,
     the teacher-forced acceptance lengths walked round by round are the loop's rounds, one for one (the mean
     over every anchor, what `tau` estimates, is higher)."""
@@ -120,3 +120,8 @@ def test_walked_tau_counts_the_loops_rounds(reference_export, prompt):
     assert len(rounds) >= 10 and rounds == loop[:len(rounds)]
     assert n - 7 <= sum(rounds) <= n  # every round whose anchor has its 7 labels, and no other
     assert np.mean(length[s:s + n - 7]) > sum(rounds) / len(rounds)
+    from hyflash.train import drafter as training
+
+    monkeypatch.setattr(training, "ANCHORS_AT_ONCE", 10)  # a row's anchors in many calls: the same lengths
+    (chunked,) = acceptance_lengths(Distill(drafter, target, anchors=48), Rows(tokens, anchorable))
+    np.testing.assert_array_equal(chunked, length)
