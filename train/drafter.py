@@ -186,23 +186,27 @@ ANCHORS_AT_ONCE = 256  # acceptance_lengths' anchors per call: the eager forms' 
 def acceptance_lengths(model: Distill, rows) -> list[np.ndarray]:
     """Per row, (T,) int: at each position an anchor may take, 1 + the drafts the drafter's greedy chain gets
     right there before its first miss (teacher-forced: the tokens it is fed are the target's); 0 elsewhere.
-    A row's anchors go `ANCHORS_AT_ONCE` at a time."""
-    every = Distill(model.drafter, model.target[0], anchors=ANCHORS_AT_ONCE).to(model.slot_weight.device)
+    A row's anchors go `ANCHORS_AT_ONCE` at a time; without a feature cache the target runs once a row."""
+    target = model.target[0]
+    every = Distill(model.drafter, target, anchors=ANCHORS_AT_ONCE).to(model.slot_weight.device)
     cached = getattr(rows, "features", None) is not None
     block = model.drafter.cfg.block
     out = []
     for r in range(len(rows)):
         one = rows[r:r + 1]
         t = one.tokens.shape[1]
+        tokens = torch.from_numpy(one.tokens)
+        if cached:
+            features, choice = torch.from_numpy(one.features), torch.from_numpy(one.labels)
+        else:  # the target's side of the row, as the cache holds it: features and its argmax after each position
+            hidden, features = target.trunk(tokens.to(every.slot_weight.device))
+            choice = chunked_argmax(hidden, target.lm_head.weight)
         length = np.zeros(t, np.int64)
         allowed = np.flatnonzero(one.anchorable[0, 1:t - block]) + 1  # as `draw_anchors` allows them
         for start in range(0, len(allowed), ANCHORS_AT_ONCE):
             mask = np.zeros_like(one.anchorable)
             mask[0, allowed[start:start + ANCHORS_AT_ONCE]] = True
-            args = (torch.from_numpy(one.tokens), torch.from_numpy(mask))
-            if cached:
-                args += (torch.from_numpy(one.features), torch.from_numpy(one.labels))
-            for a, labels, states, prev, _, copy in every.predict(*args):
+            for a, labels, states, prev, _, copy in every.predict(tokens, torch.from_numpy(mask), features, choice):
                 _, guess = chunked_head_loss(every.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
                                              tuple(x.flatten() for x in copy) if copy is not None else None)
                 right = (guess.view_as(labels) == labels).long().cumprod(-1).sum(-1)
