@@ -16,11 +16,15 @@ from hyflash.models.generation import load_tokenizer
 from hyflash.models.loading import load_target
 from hyflash.models.target import greedy
 from hyflash.train.chatprompts import (
+    CODE_OPENERS,
     FOLLOW_UPS,
+    QUESTION_OPENERS,
+    SHORT_WORDS,
     PromptMix,
     _mutate,
     build,
     code_prompts,
+    kept_batches,
     magpie,
     near_duplicate,
     normalise,
@@ -90,6 +94,35 @@ def test_writing_tasks_begin_with_an_opener_and_leave_the_questions_as_they_were
     assert summary["by_source"] == {"magpie": 4, "magpie-writing": 4}
     writing = [r for r in rows if r["category"] == "writing"]
     assert len(writing) == 4 and all(r["turns"][1] in FOLLOW_UPS["writing"] for r in writing)
+    assert [r for r in rows if r["source"] == "magpie"] == [r for r in rows if r["category"] == "question"]
+
+
+def test_short_questions_and_code_requests_keep_their_own_batches_and_length(tmp_path):
+    write_checkpoint("qwen3", tmp_path)
+    model, tok = load_target(tmp_path), load_tokenizer(tmp_path)
+    stop = tuple(range(125_000, 151_936))
+    keep = tmp_path / "prompts.jsonl.magpie-batches"
+    mix = PromptMix(magpie=0, writing=0, questions=6, code_requests=6, code=0, passages=0, follow_up_share=0.0,
+                    batch=8)
+    rows, summary = build(model, tok, stop, mix, heldout=[], keep=keep)
+    assert summary["by_source"] == {"magpie-code": 6, "magpie-questions": 6}
+    by_source = {s: [r["turns"][0] for r in rows if r["source"] == s] for s in summary["by_source"]}
+    assert {r["category"] for r in rows if r["source"] == "magpie-code"} == {"code"}
+    assert {r["category"] for r in rows if r["source"] == "magpie-questions"} == {"question"}
+    assert all(4 <= len(normalise(t)) <= SHORT_WORDS for texts in by_source.values() for t in texts)
+
+    def begun(text, openers):  # (this word-level tokenizer knows no English: an opener decodes as w0 w0 ...)
+        return any(normalise(text)[:len(normalise(o))] == normalise(o)
+                   for o in (tok.decode(tok.encode(o, add_special_tokens=False)) for o in openers))
+
+    assert all(begun(t, CODE_OPENERS) for t in by_source["magpie-code"])
+    assert all(begun(t, QUESTION_OPENERS) for t in by_source["magpie-questions"])
+    files = kept_batches(keep)
+    assert files["magpie-code"].is_file() and files["magpie-questions"].is_file()
+    assert not files["magpie"].exists() and not files["magpie-writing"].exists()  # no batches where none asked
+    with torch.no_grad():
+        model.embed.weight.mul_(-1)  # another target: a rerun still reads each source's own batches
+    assert build(model, tok, stop, mix, heldout=[], keep=keep) == (rows, summary)
 
 
 def test_code_tasks_change_one_operator_for_a_bug_and_read_the_train_split():

@@ -8,6 +8,9 @@ Four sources, mixed and shuffled so that any prefix of the file has the same mak
   template's end of turn, is not too short or long, and is no duplicate;
 - **self-written writing tasks**: the same, the user's message begun with an opener ("Write a short
   poem", "Draft an email", ...) that the target completes;
+- **self-written short questions and code requests**: the same with openers the way people ask ("Why do",
+  "What is the difference between", "Write a Python function that", ...): Magpie's own questions are
+  long requests for advice, while people often ask in a line;
 - **code tasks** on functions of the interpreter's standard library (train split of `hyflash
   corpus`): explain, document, fix (one operator changed), complete (first half given), rewrite;
 - **passage tasks** on prose docstrings of the same files: summarise, rewrite, extract.
@@ -69,12 +72,44 @@ FOLLOW_UPS = {
 WRITING_OPENERS = ("Write a short poem", "Write a short story", "Write an email", "Write a letter", "Write a",
                    "Write a paragraph", "Write a dialogue", "Write a speech", "Write a description",
                    "Compose a", "Draft an email", "Draft a message", "Describe", "Tell a story")
+QUESTION_OPENERS = ("What is", "What are", "Why do", "Why is", "How does", "How do", "What causes",
+                    "What is the difference between", "How can I", "Explain", "What are some", "Who was",
+                    "When did", "Give me", "Is it true that", "What happens when")
+CODE_OPENERS = ("Write a Python function that", "Write a Python function to", "Write a Python program that",
+                "Write a Python class", "Write a function that", "Write a Python script that", "In Python, how do I",
+                "Write a Python function which")
+SHORT_WORDS = 30  # the short questions and code requests kept: at most this many words
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfWritten:
+    """A source of user messages the target writes itself: the `PromptMix` field counting it, what its progress
+    calls them, its category, the openers it completes (taken in turn; "": it writes the whole message), its own
+    sampling stream, the suffix of its kept-batches file, and the most words a kept message may have."""
+    field: str
+    label: str
+    category: str
+    openers: tuple[str, ...]
+    stream: int
+    keep_suffix: str
+    max_words: int = 80
+
+
+SELF_WRITTEN = {  # by source, in the order `build` writes them
+    "magpie": SelfWritten("magpie", "questions", "question", ("",), 0, ""),
+    "magpie-writing": SelfWritten("writing", "writing tasks", "writing", WRITING_OPENERS, 1, ".writing"),
+    "magpie-questions": SelfWritten("questions", "short questions", "question", QUESTION_OPENERS, 2, ".questions",
+                                    SHORT_WORDS),
+    "magpie-code": SelfWritten("code_requests", "code requests", "code", CODE_OPENERS, 3, ".code", SHORT_WORDS),
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class PromptMix:
     magpie: int = 2000  # self-written questions kept (at most; duplicates and rejects removed)
     writing: int = 500  # self-written writing tasks kept (at most, as magpie)
+    questions: int = 0  # self-written short questions ("Why do", "What is", ...)
+    code_requests: int = 0  # self-written code requests ("Write a Python function that", ...)
     code: int = 2000
     passages: int = 1500
     follow_up_share: float = 0.25
@@ -82,7 +117,7 @@ class PromptMix:
     batch: int = 64
 
     def __post_init__(self):
-        if min(self.magpie, self.writing, self.code, self.passages) < 0:
+        if min(self.magpie, self.writing, self.questions, self.code_requests, self.code, self.passages) < 0:
             raise ValueError("prompt counts must be >= 0")
         if not 0 <= self.follow_up_share <= 1:
             raise ValueError(f"--follow-up-share must be in [0, 1], got {self.follow_up_share}")
@@ -112,11 +147,11 @@ def user_prefix(tokenizer) -> list[int]:
 
 def magpie(model: Target, tokenizer, eos: tuple[int, ...], n: int, seed: int, batch: int,
            progress=lambda done, total: None, keep: Path | None = None, openers: tuple[str, ...] = ("",),
-           stream: int = 0) -> list[str]:
+           stream: int = 0, max_words: int = 80) -> list[str]:
     """Up to n distinct user messages the target writes itself after its template's user-turn prefix, each
-    begun with one of `openers` in turn ("": the target writes it all). `stream` keeps the sampling of
-    another source apart. `keep`: a file the batches are appended to as they finish (one JSON list each),
-    read back by a rerun."""
+    begun with one of `openers` in turn ("": the target writes it all), of 4 to `max_words` words. `stream`
+    keeps the sampling of another source apart. `keep`: a file the batches are appended to as they finish
+    (one JSON list each), read back by a rerun."""
     prefix = user_prefix(tokenizer)
     starts = [tokenizer.encode(o, add_special_tokens=False) for o in openers]
     out: list[str] = []
@@ -142,7 +177,7 @@ def magpie(model: Target, tokenizer, eos: tuple[int, ...], n: int, seed: int, ba
             if text is None:
                 continue
             key = " ".join(normalise(text))
-            if not 4 <= len(key.split()) <= 80 or key in seen or SENTINEL in text or text in openers:
+            if not 4 <= len(key.split()) <= max_words or key in seen or SENTINEL in text or text in openers:
                 continue
             seen.add(key)
             out.append(text)
@@ -247,10 +282,10 @@ def passage_prompts(n: int, rng: np.random.Generator) -> list[dict]:
     return out
 
 
-def kept_batches(keep: Path) -> tuple[Path, Path]:
-    """The files `build` keeps its self-written batches in for a rerun: the questions' (`keep`), the writing
-    tasks'."""
-    return keep, keep.with_name(keep.name + ".writing")
+def kept_batches(keep: Path) -> dict[str, Path]:
+    """The files `build` keeps its self-written batches in for a rerun, by source: Magpie's questions' is
+    `keep` itself, the others' carry their source's suffix."""
+    return {source: keep.with_name(keep.name + w.keep_suffix) for source, w in SELF_WRITTEN.items()}
 
 
 def build(model: Target, tokenizer, eos: tuple[int, ...], mix: PromptMix, heldout: list[dict],
@@ -258,14 +293,14 @@ def build(model: Target, tokenizer, eos: tuple[int, ...], mix: PromptMix, heldou
     """The prompts (shuffled, follow-ups added, held-out near-duplicates dropped) and a summary.
     `keep`: where the self-written batches are kept for a rerun (`kept_batches`)."""
     rng = np.random.default_rng(mix.seed)
-    rows = [{"turns": [q], "category": "question", "source": "magpie"}
-            for q in magpie(model, tokenizer, eos, mix.magpie, mix.seed, mix.batch,
-                            lambda done, total: progress("questions", done, total), keep)]
-    if mix.writing:
-        rows += [{"turns": [w], "category": "writing", "source": "magpie-writing"}
-                 for w in magpie(model, tokenizer, eos, mix.writing, mix.seed, mix.batch,
-                                 lambda done, total: progress("writing tasks", done, total),
-                                 kept_batches(keep)[1] if keep else None, WRITING_OPENERS, stream=1)]
+    rows = []
+    for source, w in SELF_WRITTEN.items():
+        if n := getattr(mix, w.field):
+            rows += [{"turns": [t], "category": w.category, "source": source}
+                     for t in magpie(model, tokenizer, eos, n, mix.seed, mix.batch,
+                                     lambda done, total, label=w.label: progress(label, done, total),
+                                     kept_batches(keep)[source] if keep else None, w.openers, w.stream,
+                                     w.max_words)]
     rows += code_prompts(mix.code, rng)
     rows += passage_prompts(mix.passages, rng)
     held = [t for h in heldout for t in h["turns"]]

@@ -121,7 +121,8 @@ def cmd_chat_prompts(args) -> int:
     from hyflash.models.loading import load_target, resolve
     from hyflash.train.chatprompts import PromptMix, build, kept_batches, read_conversations
 
-    mix = PromptMix(magpie=args.magpie, writing=args.writing, code=args.code, passages=args.passages,
+    mix = PromptMix(magpie=args.magpie, writing=args.writing, questions=args.questions,
+                    code_requests=args.code_requests, code=args.code, passages=args.passages,
                     follow_up_share=args.follow_up_share, seed=args.seed)
     if args.out.exists() and not args.force:
         raise CliError(f"{args.out}: exists; pass --force to write it again")
@@ -145,7 +146,7 @@ def cmd_chat_prompts(args) -> int:
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(args.out)
     write_json_atomic(args.out.with_suffix(".summary.json"), {"target": folder.name, **summary})
-    for kept in kept_batches(keep):
+    for kept in kept_batches(keep).values():
         kept.unlink(missing_ok=True)
     print(json.dumps(summary))
     return 0
@@ -220,6 +221,10 @@ def _chat_prompts_parser(sub) -> None:
     p.add_argument("--magpie", type=int, default=2000, help="self-written questions")
     p.add_argument("--writing", type=int, default=500,
                    help="self-written writing tasks (poems, stories, emails, ...: the target completes an opener)")
+    p.add_argument("--questions", type=int, default=0,
+                   help="self-written short questions (\"Why do\", \"What is the difference between\", ...)")
+    p.add_argument("--code-requests", type=int, default=0,
+                   help="self-written code requests (\"Write a Python function that\", ...)")
     p.add_argument("--code", type=int, default=2000, help="tasks on standard-library functions")
     p.add_argument("--passages", type=int, default=1500, help="tasks on standard-library docstrings")
     p.add_argument("--follow-up-share", type=float, default=0.25, help="conversations given a second turn")

@@ -5,6 +5,10 @@
 # questions and writing (docs/results-smollm2.md), and the first set is half code tasks with no writing
 # tasks; the second has self-written writing tasks and questions, and some passage and code tasks (so the
 # drafter keeps what it learnt).
+# SET=requests makes a third set of messages written the way people ask: short questions ("Why do", "What is
+# the difference between") and code requests ("Write a Python function that"), which neither set had (their
+# self-written questions are long requests for advice, their code tasks work on given functions), with some
+# writing and passage tasks; three answers in four greedy, as the chat bench answers.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -13,10 +17,13 @@ case ${SET:-chat} in
         SEED=0; MIX=(--magpie 1200 --writing 0 --code 2500 --passages 1500) ;;
   prose) PROMPTS=data/chat/train-prompts-prose.jsonl; OUT=${OUT:-data/chat/smollm2-regen-prose}
          TOKENS=${TOKENS:-400000}; SEED=1; MIX=(--magpie 700 --writing 1000 --code 500 --passages 300) ;;
-  *) echo "SET is chat or prose" >&2; exit 2 ;;
+  requests) PROMPTS=data/chat/train-prompts-requests.jsonl; OUT=${OUT:-data/chat/smollm2-regen-requests}
+            TOKENS=${TOKENS:-400000}; SEED=2; GREEDY=0.75
+            MIX=(--magpie 0 --writing 300 --questions 900 --code-requests 600 --code 0 --passages 200) ;;
+  *) echo "SET is chat, prose or requests" >&2; exit 2 ;;
 esac
 [ -f "$PROMPTS" ] || $HF chat-prompts --target smollm2-135m-instruct --out "$PROMPTS" "${MIX[@]}" \
     --follow-up-share 0.25 --seed "$SEED" --threads 2
 $HF regenerate --target smollm2-135m-instruct --prompts-from "$PROMPTS" --out "$OUT" \
-    --tokens "$TOKENS" --batch 48 --max-new-tokens 320 --seq-len 1024 --greedy-share 0.5 --temperature 0.7 \
+    --tokens "$TOKENS" --batch 48 --max-new-tokens 320 --seq-len 1024 --greedy-share "${GREEDY:-0.5}" --temperature 0.7 \
     --seed "$SEED" --threads 2
