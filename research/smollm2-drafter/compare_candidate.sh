@@ -5,7 +5,8 @@
 # tokens, greedy, 2 threads) with every drafting mode at the full block, width 4 and under the rule, both
 # exports side by side. Run on an otherwise idle machine.
 #   CANDIDATE=runs/smollm2-hyflash-prose/model NAME=prose research/smollm2-drafter/compare_candidate.sh
-# STAGES picks steps (default all): calibrate export costs bench.
+# STAGES picks steps (default all): calibrate export costs bench. PER_CATEGORY=11 benches all 64 conversations;
+# WIDTHS=full keeps the full block alone (a third of the time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -32,5 +33,5 @@ if has costs; then
 fi
 if has bench; then
   $HF bench "$E/smol-hf-fp32" "$E/smol-hf-fp32-$NAME" --chat data/chat/heldout.jsonl --threads 2 \
-      --per-category "${PER_CATEGORY:-2}" --widths full,4,rule --out "docs/results/chat_bench_smollm2_candidate_$NAME.json"
+      --per-category "${PER_CATEGORY:-2}" --widths "${WIDTHS:-full,4,rule}" --out "docs/results/chat_bench_smollm2_candidate_$NAME.json"
 fi
