@@ -1,7 +1,7 @@
 """Chat prompts made on this machine, with no hub: what `hyflash regenerate` answers to make a drafter's
 chat training data.
 
-Four sources, mixed and shuffled so that any prefix of the file has the same makeup:
+Five sources, mixed and shuffled so that any prefix of the file has the same makeup:
 
 - **self-written questions** (the "Magpie" way): the target's template up to the start of a user
   turn, and the target writes the user's message itself (sampled), kept if it ends at the
