@@ -70,10 +70,15 @@ def test_answer_features_and_labels_are_the_full_forwards():
         assert (a.labels[have] == logits[0, have].argmax(-1).numpy()).all()
 
 
+def random_chat_target(folder):
+    """A random Qwen3 checkpoint (word-level tokenizer, chat template), and end-of-message ids that make it end a
+    self-written message after a few tokens."""
+    write_checkpoint("qwen3", folder)
+    return load_target(folder), load_tokenizer(folder), tuple(range(125_000, 151_936))
+
+
 def test_writing_tasks_begin_with_an_opener_and_leave_the_questions_as_they_were(tmp_path):
-    write_checkpoint("qwen3", tmp_path)
-    model, tok = load_target(tmp_path), load_tokenizer(tmp_path)
-    stop = tuple(range(125_000, 151_936))  # a random target then ends its message after a few tokens
+    model, tok, stop = random_chat_target(tmp_path)
     openers = ("w1 w2", "w3")
     questions = magpie(model, tok, stop, 12, seed=0, batch=8)
     assert len(questions) >= 6
@@ -98,9 +103,7 @@ def test_writing_tasks_begin_with_an_opener_and_leave_the_questions_as_they_were
 
 
 def test_short_questions_and_code_requests_keep_their_own_batches_and_length(tmp_path):
-    write_checkpoint("qwen3", tmp_path)
-    model, tok = load_target(tmp_path), load_tokenizer(tmp_path)
-    stop = tuple(range(125_000, 151_936))
+    model, tok, stop = random_chat_target(tmp_path)
     keep = tmp_path / "prompts.jsonl.magpie-batches"
     mix = PromptMix(magpie=0, writing=0, questions=6, code_requests=6, code=0, passages=0, follow_up_share=0.0,
                     batch=8)
