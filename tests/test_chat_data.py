@@ -255,6 +255,50 @@ def test_feature_cache_gives_the_loss_of_the_target_in_the_loop(conversations):
     assert m_cached["tau"].item() == pytest.approx(m_live["tau"].item(), abs=1e-6)
 
 
+def test_answer_horizon_keeps_the_anchors_of_each_answers_first_tokens():
+    """--answer-horizon N: of the anchors an answer allows (all 7 labels the target's), only those whose first
+    label is among the answer's first N tokens, in each turn's answer alike."""
+    from hyflash.train.cached import answer_anchors
+
+    answer = np.zeros((1, 60), bool)
+    answer[0, 10:30] = answer[0, 40:60] = True  # two turns' answers of 20 tokens
+    full = np.flatnonzero(answer_anchors(answer)[0])
+    assert full.tolist() == list(range(9, 23)) + list(range(39, 53))
+    assert np.flatnonzero(answer_anchors(answer, horizon=5)[0]).tolist() == list(range(9, 14)) + list(range(39, 44))
+    assert (answer_anchors(answer, horizon=100) == answer_anchors(answer)).all()
+
+
+def test_answer_horizon_on_a_conversations_folder(conversations, tmp_path, capsys):
+    """The folder's rows with a horizon: each anchor kept is one the folder allows whose next token is at most
+    the answer's N-th (counted turn by turn, by a scan of the answer mask); train-drafter and eval-drafter
+    refuse it on data that is not conversations, in one line, before any run folder is written."""
+    from hyflash.cli import main
+    from hyflash.train.batches import open_rows
+    from hyflash.train.cached import ConversationRows
+
+    folder, _ = conversations
+    full, cut = ConversationRows(folder, features=False), open_rows(folder, folder, None, None, features=False, horizon=6)
+    assert cut.describe["answer_horizon"] == 6 and "answer_horizon" not in full.describe
+    kept = 0
+    for anchors, limited, answer in zip(full.anchors, cut.anchors, cut.answer):
+        index, run = np.full(len(answer), -1), 0
+        for p in range(len(answer)):
+            run = run + 1 if answer[p] else 0
+            index[p] = run - 1
+        want = anchors.copy()
+        want[:-1] &= index[1:] < 6
+        np.testing.assert_array_equal(limited, want)
+        kept += limited.sum()
+    assert 0 < kept < sum(a.sum() for a in full.anchors)
+    text = tmp_path / "notes.txt"
+    text.write_text("some text " * 50)
+    for cmd in (["train-drafter", "--out", str(tmp_path / "run")], ["eval-drafter", "--drafter", "reference"]):
+        assert main([*cmd, "--target", "reference", "--data", str(text), "--answer-horizon", "8"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--answer-horizon" in err and "conversations" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
 def test_cache_features_rebuilds_the_cache_regeneration_wrote(conversations, tmp_path):
     import shutil
 

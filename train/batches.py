@@ -229,10 +229,12 @@ def is_corpus(path: Path) -> bool:
 
 
 def open_rows(path: Path | list[Path], target_dir: Path, tokenizer: Path | None, seq_len: int | None,
-              target_sha256: str | None = None, progress: bool = True, features: bool = True):
+              target_sha256: str | None = None, progress: bool = True, features: bool = True,
+              horizon: int | None = None):
     """Rows from a regenerated folder (conversations: with their feature cache unless `features` is False), a
     corpus folder, or any text / .jsonl data, by what `path` holds; several conversations folders (a list)
-    train as one set (`ConversationMix`). `tokenizer`: a tokenizer.json to use instead of the target's own."""
+    train as one set (`ConversationMix`). `tokenizer`: a tokenizer.json to use instead of the target's own.
+    `horizon` N (conversations only): anchors only in each answer's first N tokens (`answer_anchors`)."""
     if isinstance(path, (list, tuple)):
         if len(path) == 1:
             path = path[0]
@@ -246,7 +248,7 @@ def open_rows(path: Path | list[Path], target_dir: Path, tokenizer: Path | None,
                                      "is one (`hyflash regenerate` of chat prompts); give other data as one path")
             if seq_len is not None:
                 raise ValueError("conversations are rows of their own length; leave --seq-len out")
-            return ConversationMix([ConversationRows(Path(p), features, target_sha256) for p in path])
+            return ConversationMix([ConversationRows(Path(p), features, target_sha256, horizon) for p in path])
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder; --data takes a corpus folder (`hyflash corpus`), "
@@ -254,7 +256,10 @@ def open_rows(path: Path | list[Path], target_dir: Path, tokenizer: Path | None,
     if is_conversations(path):
         if seq_len is not None:
             raise ValueError(f"{path}: conversations are rows of their own length; leave --seq-len out")
-        return ConversationRows(path, features, target_sha256)
+        return ConversationRows(path, features, target_sha256, horizon)
+    if horizon is not None:
+        raise ValueError(f"{path}: --answer-horizon counts tokens of the target's answers; give conversations "
+                         "folders (`hyflash regenerate` of chat prompts), or leave it out")
     if is_regenerated(path):
         return RegeneratedRows(path, seq_len, target_sha256)
     if is_corpus(path):

@@ -55,13 +55,19 @@ def is_conversations(folder: Path) -> bool:
     return path.is_file() and json.loads(path.read_text()).get("format") == FORMAT
 
 
-def answer_anchors(answer: np.ndarray) -> np.ndarray:
-    """(n, T) bool: positions a whose next 7 tokens (a+1..a+7) the target wrote."""
+def answer_anchors(answer: np.ndarray, horizon: int | None = None) -> np.ndarray:
+    """(n, T) bool: positions a whose next 7 tokens (a+1..a+7) the target wrote; with `horizon` N, only those
+    whose next token is among its answer's first N (each turn's answer counted from its own start)."""
     n, t = answer.shape
     out = np.zeros((n, t), bool)
     if t > LABELS:
         window = np.lib.stride_tricks.sliding_window_view(answer[:, 1:], LABELS, axis=1)  # (n, t - 7, 7)
         out[:, :t - LABELS] = window.all(-1)
+    if horizon is not None:
+        pos = np.broadcast_to(np.arange(t), (n, t))
+        starts = np.where(answer & ~np.pad(answer[:, :-1], ((0, 0), (1, 0))), pos, 0)
+        index = pos - np.maximum.accumulate(starts, axis=1)  # a token's place in its answer (where answer)
+        out[:, :-1] &= index[:, 1:] < horizon
     return out
 
 
@@ -79,7 +85,8 @@ def _finished_shards(folder: Path) -> list[str]:
 
 
 class ConversationRows:
-    def __init__(self, folder: Path, features: bool = True, target_sha256: str | None = None):
+    def __init__(self, folder: Path, features: bool = True, target_sha256: str | None = None,
+                 horizon: int | None = None):
         folder = Path(folder)
         self.config = json.loads((folder / "config.json").read_text())
         if target_sha256 is not None and self.config.get("target_sha256") != target_sha256:
@@ -97,7 +104,7 @@ class ConversationRows:
                 greedy += list(z["greedy"])
         self.length, self.greedy = np.array(length), np.array(greedy, bool)  # greedy: answered at temperature 0
         self.tokens, self.answer = tokens, answer
-        self.anchors = [answer_anchors(a[None])[0] for a in answer]
+        self.anchors = [answer_anchors(a[None], horizon)[0] for a in answer]
         usable = np.array([a.any() for a in self.anchors])
         held = np.arange(len(tokens)) % HELDOUT_EVERY == HELDOUT_EVERY - 1
         self.train_ids = np.flatnonzero(usable & ~held)
@@ -109,6 +116,8 @@ class ConversationRows:
         self.describe = {"data": str(folder), "kind": "conversations", "feature_cache": features,
                          "conversations": len(tokens), "answer_tokens": int(sum(a.sum() for a in answer)),
                          "heldout_conversations": len(self.held_ids)}
+        if horizon is not None:
+            self.describe["answer_horizon"] = horizon
 
     def _open_features(self, folder: Path, shards: list[str]) -> None:
         fsums = json.loads((folder / "features" / "checksums.json").read_text()) \
@@ -205,6 +214,8 @@ class ConversationMix:
         self.describe = {"kind": "conversations", "parts": [p.describe for p in parts], "feature_cache": self.features,
                          **{k: sum(p.describe[k] for p in parts)
                             for k in ("conversations", "answer_tokens", "heldout_conversations")}}
+        if "answer_horizon" in parts[0].describe:
+            self.describe["answer_horizon"] = parts[0].describe["answer_horizon"]
 
     def rows(self, ids) -> Rows:
         """ids: (folder, conversation) pairs, in order."""

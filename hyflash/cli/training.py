@@ -88,7 +88,7 @@ def cmd_train_drafter(args) -> int:
     folder = resolve(args.target, "target")
     target = load_target(folder)
     rows = open_rows(args.data, folder, args.tokenizer, args.seq_len, weights_sha256(folder),
-                     features=not args.no_feature_cache)
+                     features=not args.no_feature_cache, horizon=args.answer_horizon)
     cached = getattr(rows, "features", False)
     if cached and rows.config.get("taps") != list(target.taps):
         raise CliError(f"{' '.join(map(str, args.data))}: its features are of taps {rows.config.get('taps')}, this "
@@ -136,13 +136,14 @@ def cmd_eval_drafter(args) -> int:
                            f"{drafter.cfg.memory!r}: leave it out")
         drafter.cfg = dataclasses.replace(drafter.cfg, memory_history=args.memory_history)
     rows = open_rows(args.data, target_dir, args.tokenizer, args.seq_len, weights_sha256(target_dir),
-                     features=not args.no_feature_cache and args.distant_repeats is None)
+                     features=not args.no_feature_cache and args.distant_repeats is None, horizon=args.answer_horizon)
     if args.distant_repeats is not None:
         rows = DistantRepeats(rows, args.distant_repeats)
     target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     drafter.to(device)
     report = {"drafter": str(drafter_dir), "target": str(target_dir), "data": " ".join(map(str, args.data)),
               "distant_repeats": args.distant_repeats, "memory_history": args.memory_history,
+              "answer_horizon": args.answer_horizon,
               **evaluate_drafter(target, drafter, rows, args.rows, args.anchors)}
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
@@ -294,6 +295,9 @@ def _train_drafter_parser(sub) -> None:
                         "anchors only in the copy: evidence out of the window; held-out rows too")
     p.add_argument("--no-feature-cache", action="store_true",
                    help="a conversations folder: run the target on its rows instead of reading its feature cache")
+    p.add_argument("--answer-horizon", type=positive(), default=None, metavar="N",
+                   help="conversations: anchors only in each answer's first N tokens, the held-out rows' too (a loop "
+                        "that stops after N new tokens drafts only those)")
     p.add_argument("--eval-every", type=positive(), default=100, help="held-out tau every K steps (in the log)")
     p.add_argument("--eval-rows", type=positive(), default=16, help="held-out rows the tau is measured on")
     _add_train_flags(p, steps=600, batch=4, lr=1e-3)
@@ -316,6 +320,8 @@ def _eval_drafter_parser(sub) -> None:
     p.add_argument("--memory-history", type=positive(), default=None,
                    help="ablation: the memory sees only the last M committed features")
     p.add_argument("--no-feature-cache", action="store_true", help="run the target instead of reading its cache")
+    p.add_argument("--answer-horizon", type=positive(), default=None, metavar="N",
+                   help="conversations: measure only each answer's first N tokens (as train-drafter's)")
     p.add_argument("--threads", type=positive(), default=None)
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")

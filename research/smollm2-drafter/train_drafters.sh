@@ -11,6 +11,7 @@
 # LOOKUP=1 with INIT_FROM adds prompt-lookup's block as an input of the drafter it continues (new weights at
 # zero): INIT_FROM=smollm2-135m-instruct LOOKUP=1 RUN=runs/smollm2-hyflash-lookup STEPS=600 LR=3e-4 WARMUP=20 NO_CACHE=1
 # Both chat sets at once: DATA="data/chat/smollm2-regen data/chat/smollm2-regen-prose".
+# HORIZON=N anchors only in each answer's first N tokens (the chat bench stops at 128 new tokens).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -25,7 +26,7 @@ arch=(--draft-vocab "$VOCAB")
 common=(--target smollm2-135m-instruct --data "${data[@]}" --steps "$STEPS" --batch 4
         --anchors 48 --lr "${LR:-1e-3}" --warmup "${WARMUP:-100}" --eval-every 100 --eval-rows 16
         --checkpoint-every 50 --threads "${THREADS:-2}" --device "${DEVICE:-cpu}" $stop $init
-        ${NO_CACHE:+--no-feature-cache} ${LOOKUP:+--lookup-input})
+        ${NO_CACHE:+--no-feature-cache} ${LOOKUP:+--lookup-input} ${HORIZON:+--answer-horizon $HORIZON})
 for name in $WHICH; do
   case $name in
     hyflash) if [ -n "${INIT_FROM:-}" ]; then  # the architecture comes with the weights
