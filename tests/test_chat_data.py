@@ -297,6 +297,9 @@ def test_answer_horizon_on_a_conversations_folder(conversations, tmp_path, capsy
         err = capsys.readouterr().err.strip()
         assert "--answer-horizon" in err and "conversations" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "run").exists()
+    assert main(["train-drafter", "--out", str(tmp_path / "run"), "--target", "reference", "--data", str(folder),
+                 "--answer-horizon", "8", "--distant-repeats", "0.5", "--no-feature-cache"]) == 2
+    assert "give one of them" in capsys.readouterr().err and not (tmp_path / "run").exists()
 
 
 def test_cache_features_rebuilds_the_cache_regeneration_wrote(conversations, tmp_path):

@@ -120,6 +120,11 @@ def test_walked_tau_counts_the_loops_rounds(reference_export, prompt, monkeypatc
     assert len(rounds) >= 10 and rounds == loop[:len(rounds)]
     assert n - 7 <= sum(rounds) <= n  # every round whose anchor has its 7 labels, and no other
     assert np.mean(length[s:s + n - 7]) > sum(rounds) / len(rounds)
+    capped = Stats()  # the loop stopped after m new tokens: the walk cut at the answer's m-th token
+    m = 40
+    list(Runtime(reference_export, "eager").generate(prompt, GenerationConfig(max_new_tokens=m, ignore_eos=True),
+                                                     capped))
+    assert walk(length, first=m) == [k + 1 for k in capped.realised_accepted] and sum(walk(length, first=m)) == m - 1
     from hyflash.train import drafter as training
 
     monkeypatch.setattr(training, "ANCHORS_AT_ONCE", 10)  # a row's anchors in many calls: the same lengths

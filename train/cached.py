@@ -104,6 +104,7 @@ class ConversationRows:
                 greedy += list(z["greedy"])
         self.length, self.greedy = np.array(length), np.array(greedy, bool)  # greedy: answered at temperature 0
         self.tokens, self.answer = tokens, answer
+        self.horizon = horizon
         self.anchors = [answer_anchors(a[None], horizon)[0] for a in answer]
         usable = np.array([a.any() for a in self.anchors])
         held = np.arange(len(tokens)) % HELDOUT_EVERY == HELDOUT_EVERY - 1
@@ -205,7 +206,7 @@ class ConversationMix:
         names = [p.describe["data"] for p in parts]
         if len({str(Path(n).resolve()) for n in names}) < len(names):
             raise ValueError(f"--data names a folder twice ({' '.join(names)}); give each folder once")
-        self.parts, self.config = parts, parts[0].config
+        self.parts, self.config, self.horizon = parts, parts[0].config, parts[0].horizon
         self.features = parts[0].features
         self.train_ids = [(k, i) for k, p in enumerate(parts) for i in p.train_ids]
         turns = max(len(p.held_ids) for p in parts)

@@ -161,7 +161,7 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: 
 
     def evaluate(m) -> dict:
         _, metrics = _on_rows(m, held)
-        walked = walked_tau(m, held)["walked_tau"]
+        walked = walked_tau(m, held, getattr(data, "horizon", None))["walked_tau"]
         return {"tau": metrics["tau"], "ce": metrics["ce"], **({"walked_tau": walked} if walked is not None else {})}
 
     train(model, _on_rows, data.sample, cfg, f"drafter-{drafter_cfg.name}", evaluate if held is not None else None,
@@ -215,38 +215,45 @@ def acceptance_lengths(model: Distill, rows) -> list[np.ndarray]:
     return out
 
 
-def walk(length: np.ndarray) -> list[int]:
+def walk(length: np.ndarray, first: int | None = None) -> list[int]:
     """The tokens each round of the loop commits over one row, on teacher-forced acceptance lengths (`length` > 0
     where an anchor may take; a run of such positions is one answer, its first the last prompt token). Prefill
     gives an answer's first token, so its first round is anchored one after the run's start; a round commits
-    `length` tokens and the next is anchored where they end."""
+    `length` tokens and the next is anchored where they end. With `first` N, as a loop that stops after N new
+    tokens: each answer's rounds end at its N-th token, the last one cut there."""
     rounds, p, t = [], 0, len(length)
     while p < t:
         if length[p] == 0:
             p += 1
             continue
         p += 1  # prefill's token
+        stop = p + first - 1 if first else t  # the answer's N-th token
         while p < t and length[p] > 0:
-            rounds.append(int(length[p]))
-            p += int(length[p])
+            if p >= stop:
+                while p < t and length[p] > 0:  # the rest of this answer is past the loop's end
+                    p += 1
+                break
+            rounds.append(min(int(length[p]), stop - p))
+            p += rounds[-1]
     return rounds
 
 
 @torch.no_grad()
-def walked_tau(model: Distill, rows) -> dict:
+def walked_tau(model: Distill, rows, first: int | None = None) -> dict:
     """Held-out tau as the loop counts it (tokens per round): each answer walked round by round on the
     teacher-forced acceptance lengths (`acceptance_lengths`, `walk`). Where the rows say which conversations
     were answered greedily (chat data), only those are walked: on them the walk makes the greedy loop's rounds
     (a sampled answer's later tokens are not the ones a greedy loop commits). The mean over drawn anchors
     (`tau`) is usually higher: a long accepted run is one round in the loop but as many anchors as it has
-    tokens in the mean. walked_tau is None when no row has a round."""
+    tokens in the mean. `first` N walks each answer's first N tokens alone (`walk`). walked_tau is None when no
+    row has a round."""
     greedy = getattr(rows, "greedy", None)
     if greedy is not None:
         rows = rows[np.flatnonzero(greedy)]
     was = model.training
     model.eval()
     try:
-        rounds = [n for length in acceptance_lengths(model, rows) for n in walk(length)] if len(rows) else []
+        rounds = [n for length in acceptance_lengths(model, rows) for n in walk(length, first)] if len(rows) else []
     finally:
         model.train(was)
     return {"walked_tau": sum(rounds) / len(rounds) if rounds else None, "walked_tokens": sum(rounds),
@@ -266,7 +273,7 @@ def evaluate_drafter(target: Target, drafter: Drafter, data, rows: int = 16, anc
     target.to(device)
     model = Distill(drafter.eval(), target, anchors).to(device)
     _, metrics = _on_rows(model, held)
-    return {"tau": float(metrics["tau"]), "ce": float(metrics["ce"]), **walked_tau(model, held),
+    return {"tau": float(metrics["tau"]), "ce": float(metrics["ce"]), **walked_tau(model, held, getattr(data, "horizon", None)),
             "rows": len(held.tokens), "anchors": anchors}
 
 

@@ -84,6 +84,8 @@ def cmd_train_drafter(args) -> int:
     for k, default in _DRAFTER_SHAPE.items():
         if getattr(args, k) is None:
             setattr(args, k, default)
+    if args.answer_horizon and args.distant_repeats is not None:
+        raise CliError("--answer-horizon and --distant-repeats choose the anchors two ways; give one of them")
     train_cfg = _train_config(args)
     folder = resolve(args.target, "target")
     target = load_target(folder)
@@ -123,6 +125,8 @@ def cmd_eval_drafter(args) -> int:
     from hyflash.train.drafter import evaluate_drafter
     from hyflash.train.loop import pick_device
 
+    if args.answer_horizon and args.distant_repeats is not None:
+        raise CliError("--answer-horizon and --distant-repeats choose the anchors two ways; give one of them")
     device = pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -321,7 +325,8 @@ def _eval_drafter_parser(sub) -> None:
                    help="ablation: the memory sees only the last M committed features")
     p.add_argument("--no-feature-cache", action="store_true", help="run the target instead of reading its cache")
     p.add_argument("--answer-horizon", type=positive(), default=None, metavar="N",
-                   help="conversations: measure only each answer's first N tokens (as train-drafter's)")
+                   help="conversations: measure each answer's first N tokens alone (anchors as train-drafter's; the "
+                        "walk stops at the N-th token)")
     p.add_argument("--threads", type=positive(), default=None)
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")

@@ -16,27 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hyflash.cli.args import positive
 from hyflash.models.loading import load_drafter, load_target, resolve, weights_sha256
 from hyflash.train.batches import open_rows
 from hyflash.train.drafter import Distill, acceptance_lengths, walk
-
-
-def first_tokens(length: np.ndarray, n: int) -> np.ndarray:
-    """`length` with each answer (a run of anchorable positions) cut to its first n tokens, as a loop that stops
-    after n new tokens walks it: its anchors past them dropped, a round's acceptance cut where they end."""
-    out, p, t = length.copy(), 0, len(length)
-    while p < t:
-        if length[p] == 0:
-            p += 1
-            continue
-        start = p + 1  # prefill's token is the answer's first
-        while p < t and length[p] > 0:
-            if p >= start + n - 1:
-                out[p] = 0
-            else:
-                out[p] = min(length[p], start + n - 1 - p)
-            p += 1
-    return out
 
 
 def main() -> None:
@@ -46,7 +29,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True, help="a conversations folder with its feature cache")
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--first", type=int, default=None, help="also walk each answer's first N tokens alone")
+    ap.add_argument("--first", type=positive(), default=None, help="also walk each answer's first N tokens alone")
     ap.add_argument("--no-feature-cache", action="store_true", help="run the target instead of reading its cache")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -67,7 +50,7 @@ def main() -> None:
         print(f"{kind}: {len(mine)} rows, tau over every anchor {every.mean():.3f}, walked {report[kind]['walked_tau']:.3f} "
               f"({len(rounds)} rounds)")
         if args.first:
-            head = [n for length in mine for n in walk(first_tokens(length, args.first))]
+            head = [n for length in mine for n in walk(length, args.first)]
             report[kind].update(first_walked_tau=sum(head) / len(head), first_walked_rounds=len(head))
             print(f"  each answer's first {args.first} tokens walked: {report[kind]['first_walked_tau']:.3f} "
                   f"({len(head)} rounds)")
