@@ -228,13 +228,11 @@ def walk(length: np.ndarray, first: int | None = None) -> list[int]:
             continue
         p += 1  # prefill's token
         stop = p + first - 1 if first else t  # the answer's N-th token
-        while p < t and length[p] > 0:
-            if p >= stop:
-                while p < t and length[p] > 0:  # the rest of this answer is past the loop's end
-                    p += 1
-                break
+        while p < min(stop, t) and length[p] > 0:
             rounds.append(min(int(length[p]), stop - p))
             p += rounds[-1]
+        while p < t and length[p] > 0:  # the rest of this answer is past the loop's end
+            p += 1
     return rounds
 
 

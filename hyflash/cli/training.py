@@ -66,6 +66,11 @@ def _drafter_folder(name: str, flag: str) -> Path:
     return folder
 
 
+def _one_anchor_rule(args) -> None:
+    if args.answer_horizon and args.distant_repeats is not None:
+        raise CliError("--answer-horizon and --distant-repeats choose the anchors two ways; give one of them")
+
+
 def cmd_train_drafter(args) -> int:
     from hyflash.models.drafter import DrafterConfig
     from hyflash.models.loading import load_target, resolve, weights_sha256
@@ -84,8 +89,7 @@ def cmd_train_drafter(args) -> int:
     for k, default in _DRAFTER_SHAPE.items():
         if getattr(args, k) is None:
             setattr(args, k, default)
-    if args.answer_horizon and args.distant_repeats is not None:
-        raise CliError("--answer-horizon and --distant-repeats choose the anchors two ways; give one of them")
+    _one_anchor_rule(args)
     train_cfg = _train_config(args)
     folder = resolve(args.target, "target")
     target = load_target(folder)
@@ -125,8 +129,7 @@ def cmd_eval_drafter(args) -> int:
     from hyflash.train.drafter import evaluate_drafter
     from hyflash.train.loop import pick_device
 
-    if args.answer_horizon and args.distant_repeats is not None:
-        raise CliError("--answer-horizon and --distant-repeats choose the anchors two ways; give one of them")
+    _one_anchor_rule(args)
     device = pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
