@@ -9,6 +9,9 @@
 # the difference between") and code requests ("Write a Python function that"), which neither set had (their
 # self-written questions are long requests for advice, their code tasks work on given functions), with some
 # writing and passage tasks; three answers in four greedy, as the chat bench answers.
+# SET=asks makes a fourth set of the third's kinds with new prompts (another seed), weighted to short questions
+# and writing tasks, the held-out chat set's weakest categories for the drafter; no passage tasks (copying is
+# where it is strongest).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -20,7 +23,10 @@ case ${SET:-chat} in
   requests) PROMPTS=data/chat/train-prompts-requests.jsonl; OUT=${OUT:-data/chat/smollm2-regen-requests}
             TOKENS=${TOKENS:-400000}; SEED=2; GREEDY=0.75
             MIX=(--magpie 0 --writing 300 --questions 900 --code-requests 600 --code 0 --passages 200) ;;
-  *) echo "SET is chat, prose or requests" >&2; exit 2 ;;
+  asks) PROMPTS=data/chat/train-prompts-asks.jsonl; OUT=${OUT:-data/chat/smollm2-regen-asks}
+        TOKENS=${TOKENS:-200000}; SEED=3; GREEDY=0.75
+        MIX=(--magpie 0 --writing 600 --questions 1000 --code-requests 400 --code 0 --passages 0) ;;
+  *) echo "SET is chat, prose, requests or asks" >&2; exit 2 ;;
 esac
 [ -f "$PROMPTS" ] || $HF chat-prompts --target smollm2-135m-instruct --out "$PROMPTS" "${MIX[@]}" \
     --follow-up-share 0.25 --seed "$SEED" --threads 2
