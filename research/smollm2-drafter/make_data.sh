@@ -21,7 +21,7 @@ case ${SET:-chat} in
   prose) PROMPTS=data/chat/train-prompts-prose.jsonl; OUT=${OUT:-data/chat/smollm2-regen-prose}
          TOKENS=${TOKENS:-400000}; SEED=1; MIX=(--magpie 700 --writing 1000 --code 500 --passages 300) ;;
   requests) PROMPTS=data/chat/train-prompts-requests.jsonl; OUT=${OUT:-data/chat/smollm2-regen-requests}
-            TOKENS=${TOKENS:-400000}; SEED=2; GREEDY=0.75
+            TOKENS=${TOKENS:-560000}; SEED=2; GREEDY=0.75
             MIX=(--magpie 0 --writing 300 --questions 900 --code-requests 600 --code 0 --passages 200) ;;
   asks) PROMPTS=data/chat/train-prompts-asks.jsonl; OUT=${OUT:-data/chat/smollm2-regen-asks}
         TOKENS=${TOKENS:-200000}; SEED=3; GREEDY=0.75
