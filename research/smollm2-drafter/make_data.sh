@@ -24,7 +24,7 @@ case ${SET:-chat} in
             TOKENS=${TOKENS:-560000}; SEED=2; GREEDY=0.75
             MIX=(--magpie 0 --writing 300 --questions 900 --code-requests 600 --code 0 --passages 200) ;;
   asks) PROMPTS=data/chat/train-prompts-asks.jsonl; OUT=${OUT:-data/chat/smollm2-regen-asks}
-        TOKENS=${TOKENS:-200000}; SEED=3; GREEDY=0.75
+        TOKENS=${TOKENS:-620000}; SEED=3; GREEDY=0.75
         MIX=(--magpie 0 --writing 600 --questions 1000 --code-requests 400 --code 0 --passages 0) ;;
   *) echo "SET is chat, prose, requests or asks" >&2; exit 2 ;;
 esac
