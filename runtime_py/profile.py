@@ -24,6 +24,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -73,10 +74,9 @@ def prefill_time(runtime: Runtime, prompt: list[int]) -> dict:
     return {"ttft_ms": s * 1e3, "prefill_tokens_per_s": len(prompt) / s}
 
 
-def call_times(runtime: Runtime, c: int, repeats: int) -> dict[str, list[float]]:
-    """Milliseconds of each call as the loop makes it, at committed length c (after `prefill_time`):
-    per graph a warm-up call, then `repeats` calls back to back (the way research/results/profile_baseline.json
-    was measured). Calls at one position overwrite the same rows and never commit, so the state stays put."""
+def loop_calls(runtime: Runtime, c: int) -> dict[str, Callable[[], object]]:
+    """Each graph's call as the loop makes it at committed length c (after `prefill_time`), by graph name.
+    Calls at one position overwrite the same rows and never commit, so the state stays put."""
     tok, i = 1, runtime.ctx.index
     shift = runtime.calls["window_shift", i]
     shift.inputs["n_valid"][0] = VERIFY_ROWS
@@ -89,8 +89,16 @@ def call_times(runtime: Runtime, c: int, repeats: int) -> dict[str, list[float]]
     if runtime.has_memory:
         calls["state_commit"] = runtime.calls["state_commit", i].run
     calls["window_shift"] = shift.run
+    return calls
+
+
+def call_times(runtime: Runtime, c: int, repeats: int) -> dict[str, list[float]]:
+    """Milliseconds of each call as the loop makes it, at committed length c (after `prefill_time`):
+    per graph a warm-up call, then `repeats` calls back to back (the way research/results/profile_baseline.json
+    was measured; timing the graphs in interleaved rounds instead gave no steadier ratios:
+    research/scripts/profile_rounds_ab.py)."""
     times = {}
-    for name, fn in calls.items():
+    for name, fn in loop_calls(runtime, c).items():
         fn()
         times[name] = []
         for _ in range(repeats):
