@@ -92,13 +92,11 @@ def loop_calls(runtime: Runtime, c: int) -> dict[str, Callable[[], object]]:
     return calls
 
 
-def call_times(runtime: Runtime, c: int, repeats: int) -> dict[str, list[float]]:
-    """Milliseconds of each call as the loop makes it, at committed length c (after `prefill_time`):
-    per graph a warm-up call, then `repeats` calls back to back (the way research/results/profile_baseline.json
-    was measured; timing the graphs in interleaved rounds instead gave no steadier ratios:
-    research/scripts/profile_rounds_ab.py)."""
+def back_to_back(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Milliseconds of `repeats` calls of each function: per function a warm-up call, then its calls back to
+    back, function after function."""
     times = {}
-    for name, fn in loop_calls(runtime, c).items():
+    for name, fn in calls.items():
         fn()
         times[name] = []
         for _ in range(repeats):
@@ -106,6 +104,13 @@ def call_times(runtime: Runtime, c: int, repeats: int) -> dict[str, list[float]]
             fn()
             times[name].append((time.perf_counter() - t) * 1e3)
     return times
+
+
+def call_times(runtime: Runtime, c: int, repeats: int) -> dict[str, list[float]]:
+    """Milliseconds of each call as the loop makes it, at committed length c (after `prefill_time`), timed
+    `back_to_back` (the way research/results/profile_baseline.json was measured; timing the graphs in
+    interleaved rounds instead gave no steadier ratios: research/scripts/profile_rounds_ab.py)."""
+    return back_to_back(loop_calls(runtime, c), repeats)
 
 
 def graph_times(runtime: Runtime, c: int, repeats: int) -> dict[str, float]:

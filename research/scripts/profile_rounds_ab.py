@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from hyflash.runtime_py.loop import Runtime
-from hyflash.runtime_py.profile import loop_calls, prefill_time, profile_prompt
+from hyflash.runtime_py.profile import back_to_back, loop_calls, prefill_time, profile_prompt
 
 
 def timed(fn) -> float:
@@ -23,15 +23,8 @@ def timed(fn) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def back_to_back(calls, repeats):
-    times = {}
-    for name, fn in calls.items():
-        fn()
-        times[name] = [timed(fn) for _ in range(repeats)]
-    return times
-
-
 def interleaved(calls, repeats):
+    """A warm-up round, then `repeats` rounds of one call of each (profile's own way is `back_to_back`)."""
     for fn in calls.values():
         fn()
     times = {name: [] for name in calls}
