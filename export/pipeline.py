@@ -88,6 +88,15 @@ class ExportConfig:
     seed: int = 0
     force: bool = False
 
+    @property
+    def step_rows(self) -> int:
+        """Rows a single-token step runs (the manifest's target.step_rows). 2 where onnxruntime's one-row call
+        rounds unlike its several-row calls while every width of two rows or more gives a row the same bits, so
+        that each verify row is the step at its position bit for bit: int8 compute (export.quantize.TARGET_COMPUTE)
+        and fp16 (its one-row MatMul and attention round apart by up to 0.03 in SmolLM2-135M's logits; an fp16
+        .pte steps the same way, ExecuTorch's rows agreeing as well: validate checks it on each backend)."""
+        return 2 if self.target_compute == "int8" or self.dtype == "fp16" else 1
+
     def __post_init__(self):
         bad = set(self.formats) - set(FORMATS)
         if bad or not self.formats:
@@ -106,11 +115,10 @@ class ExportConfig:
             raise ValueError(f"--quantize-target must be one of {', '.join(TARGET_MODES)}, got {self.quantize_target!r}")
         if self.target_compute not in TARGET_COMPUTE:
             raise ValueError(f"--target-compute must be fp32 or int8, got {self.target_compute!r}")
-        if self.target_compute == "int8":
-            if self.quantize_target != "int4" or "pte" in self.formats:
-                raise ValueError("--target-compute int8 is for an ONNX int4 target: add --quantize-target int4 "
-                                 "--format onnx (a .pte target is 8da4w already)")
-            # its single-token steps run the two-row verify graph (export.quantize.TARGET_COMPUTE)
+        if self.target_compute == "int8" and (self.quantize_target != "int4" or "pte" in self.formats):
+            raise ValueError("--target-compute int8 is for an ONNX int4 target: add --quantize-target int4 "
+                             "--format onnx (a .pte target is 8da4w already)")
+        if self.step_rows == 2:  # single-token steps run the two-row verify graph: it must be exported
             object.__setattr__(self, "verify_widths", check_widths((*self.verify_widths, 2)))
         modes = (*EMBEDDING_MODES, *DRAFTER_EMBEDDING_MODES)
         if self.quantize_embeddings not in modes:
@@ -352,7 +360,7 @@ def _manifest(cfg, target_dir, target, drafter, graphs, files, max_context) -> d
         "graphs": graphs,
         "files": files,
         "target": {**target_record(target_dir), "config": json.loads((target_dir / "config.json").read_text()),
-                   "taps": list(target.taps), "step_rows": 2 if cfg.target_compute == "int8" else 1},
+                   "taps": list(target.taps), "step_rows": cfg.step_rows},
         "drafter": {"name": "random" if cfg.drafter == "random" else d.name, "source": str(cfg.drafter),
                     "config": d.to_dict(), **_hybrid(cfg.drafter)},
         "block": d.block, "window": d.window_size(max_context), "max_context": max_context,

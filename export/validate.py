@@ -16,7 +16,7 @@ run through the graphs the way the runtime runs them (closed loop: the graphs ca
 cache, window and state, so drift counts). Random features, fine for parity, give near-tied
 logits whose argmax any rounding flips: agreement there says nothing about the drafts a user gets.
 
-An export whose single-token steps run a several-row graph (an int8-compute target) is exact only where
+An export whose single-token steps run a several-row graph (an int8-compute or fp16 target) is exact only where
 each verify row is bit for bit the step at its position: that is checked too, on this machine's kernels.
 
 A quantized export is also run across runtimes (greedy, speculative and target-only): the Python runtime's
@@ -287,7 +287,7 @@ def target_agreement(rt: Runtime, expected: np.ndarray, tokens: list[int],
 
 
 def step_rows_agree(rt: Runtime, tokens: list[int], places: int = 6) -> list[Check]:
-    """An export whose single-token steps run a several-row graph (`target.step_rows`: an int8-compute target)
+    """An export whose single-token steps run a several-row graph (`target.step_rows`: an int8-compute or fp16 target)
     is exact only if every verify row is, bit for bit, the step at its position: measured here, on this
     machine's kernels. Per verify width: `places` blocks after a prefilled quarter of `tokens`, each block's
     rows against the steps that then decode the same tokens one at a time."""

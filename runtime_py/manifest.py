@@ -86,7 +86,7 @@ class Contract:
         self.verify_widths = check_widths(manifest["verify_widths"])  # 2..8, 8 among them
         self.target_graphs = (*TARGET_GRAPHS, *(verify_graph(w) for w in self.verify_widths if w != VERIFY_ROWS))
         # rows a single-token step runs: 1 (target_decode), or 2 where only the several-row kernels give a row
-        # the bits a verify gives it (an int8-compute target: export.quantize.TARGET_COMPUTE)
+        # the bits a verify gives it (an int8-compute or fp16 target: ExportConfig.step_rows)
         self.step_rows = int(manifest["target"].get("step_rows", 1))
         self.step_graph = verify_graph(self.step_rows)
 

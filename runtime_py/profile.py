@@ -7,7 +7,7 @@ back-to-back calls) and the median taken:
 `target_prefill` (one chunk), and the drafter's three graphs (`draft_read`, `state_commit` and
 `window_shift` with a full commit). A single-token step's cost, the width rule's width 1 and the
 denominator of verify/decode, is the export's step graph's (`target_decode`, or the two-row verify graph of
-an int8-compute target, `Contract.step_graph`). `cost_curve` turns a report into the width rule's costs
+an int8-compute or fp16 target, `Contract.step_graph`). `cost_curve` turns a report into the width rule's costs
 (`costs.json`, which `hyflash profile --write-costs` writes beside the export).
 Calls at one position overwrite the same cache rows, which is what a rejected round does.
 Then target-only decoding (tokens/s) from the same prompt, beside optimum-ort's where installed.

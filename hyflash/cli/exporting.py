@@ -79,8 +79,8 @@ def _export_parser(sub) -> None:
                    "drafter-int8|drafter-int4: only the drafter's graphs read quantized copies, the target's graphs "
                    "keep theirs (ONNX only)")
     p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32",
-                   help="the graphs' float dtype, weights, I/O and KV cache alike (bf16 is refused: no CPU backend "
-                        "here runs it)")
+                   help="the graphs' float dtype, weights, I/O and KV cache alike; fp16 steps run the two-row verify "
+                        "graph, exact (bf16 is refused: no CPU backend here runs it)")
     p.add_argument("--pte-kernels", choices=["hyflash", "executorch"], default=None, dest="program_kernels",
                    help=".pte: the build of the target's cache kernels the program is exact with. hyflash (default "
                         "for fp32): the project's, as hyflash-run and the Python runtime load them; a verify block "

@@ -12,6 +12,8 @@
 # SET=asks makes a fourth set of the third's kinds with new prompts (another seed), weighted to short questions
 # and writing tasks, the held-out chat set's weakest categories for the drafter; no passage tasks (copying is
 # where it is strongest).
+# SET=asks2 makes a fifth set as the fourth with new prompts (another seed): each set of such text has added to
+# held-out τ, more passes over the same text have not (docs/results-smollm2.md, "A twelfth stage").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -26,7 +28,10 @@ case ${SET:-chat} in
   asks) PROMPTS=data/chat/train-prompts-asks.jsonl; OUT=${OUT:-data/chat/smollm2-regen-asks}
         TOKENS=${TOKENS:-620000}; SEED=3; GREEDY=0.75
         MIX=(--magpie 0 --writing 600 --questions 1000 --code-requests 400 --code 0 --passages 0) ;;
-  *) echo "SET is chat, prose, requests or asks" >&2; exit 2 ;;
+  asks2) PROMPTS=data/chat/train-prompts-asks2.jsonl; OUT=${OUT:-data/chat/smollm2-regen-asks2}
+         TOKENS=${TOKENS:-620000}; SEED=4; GREEDY=0.75
+         MIX=(--magpie 0 --writing 600 --questions 1000 --code-requests 400 --code 0 --passages 0) ;;
+  *) echo "SET is chat, prose, requests, asks or asks2" >&2; exit 2 ;;
 esac
 [ -f "$PROMPTS" ] || $HF chat-prompts --target smollm2-135m-instruct --out "$PROMPTS" "${MIX[@]}" \
     --follow-up-share 0.25 --seed "$SEED" --threads 2
