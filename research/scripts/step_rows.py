@@ -4,7 +4,7 @@ equals target-only decoding only where it does. `hyflash.export.validate.step_ro
 step graph set each way in turn: six blocks a verify width after a prefilled quarter of 600 tokens of text the
 target writes. onnxruntime by default (2 threads).
 
-    .venv/bin/python research/scripts/fp16_step_rows.py runs/exports/smol-hf-fp16 [--out JSON]
+    .venv/bin/python research/scripts/step_rows.py runs/exports/smol-hf-fp16 [--backend executorch] [--out JSON]
 """
 
 from __future__ import annotations
