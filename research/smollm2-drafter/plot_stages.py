@@ -23,6 +23,7 @@ STAGES = {
     "10": ("chat_bench_smollm2_candidate_asks.json", "smol-hf-fp32-asks", True),
     "11": ("chat_bench_smollm2_candidate_asks-all.json", "smol-hf-fp32-asks-all", True),
     "12": ("chat_bench_smollm2_candidate_longer.json", "smol-hf-fp32-longer", False),
+    "13": ("chat_bench_smollm2_candidate_asks2.json", "smol-hf-fp32-asks2", False),
 }
 
 
@@ -62,8 +63,8 @@ def main() -> None:
     ax.plot(x, [r["prompt_lookup_tau"] for r in rows], ls=":", color="black", label="prompt-lookup, pooled")
     ax.axhline(3.0, ls="--", color="grey", lw=1)
     ax.text(0, 3.0, " τ the claim needs", va="bottom", color="grey", fontsize=8)
-    ax.set_xticks(list(x), [r["stage"] + ("" if r["shipped"] is not False else "\n(not shipped)") for r in rows])
-    ax.set_xlabel("stage")
+    ax.set_xticks(list(x), [r["stage"] + ("" if r["shipped"] else "*") for r in rows])
+    ax.set_xlabel("stage (* not shipped)")
     ax.set_ylabel("τ (tokens a round), held-out chat")
     ax.set_title("SmolLM2-135M-Instruct's HyFlash drafter, stage by stage (74 held-out turns, full block)")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
