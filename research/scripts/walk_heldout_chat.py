@@ -4,7 +4,10 @@
 The answers come from one `hyflash regenerate` of the held-out set (every turn greedy, 128 new tokens at most,
 features in the same pass), so every drafter reads the same rows; each answer is walked round by round on the
 teacher-forced acceptance lengths (`hyflash.train.drafter.walk`): on greedy rows that is what the loop commits
-(the bench's τ; the last block of a conversation's last answer is not walked, alike for every drafter).
+(the bench's τ; the last block of a conversation's last answer is not walked, alike for every drafter). Per
+category the JSON also counts the rounds by the tokens they commit (`rounds_committing[k-1]`: k tokens; k = 1, no
+draft accepted). Any regenerated chat folder works the same with `--chat` the prompts it answered: `--limit N` its
+first N conversations, `--first 128` each answer's first 128 tokens alone (training folders' answers run to 320).
 
     .venv/bin/hyflash regenerate --target smollm2-135m-instruct --prompts-from data/chat/heldout.jsonl \\
         --out runs/heldout-answers --tokens 1000000 --batch 64 --max-new-tokens 128 --greedy-share 1.0
@@ -60,7 +63,9 @@ def main() -> None:
             by_cat[cat] += walk(length, args.first)
         pooled = [n for v in by_cat.values() for n in v]
         entry = {"folder": folder or name, "walked_tau": sum(pooled) / len(pooled), "rounds": len(pooled),
-                 "by_category": {c: {"walked_tau": sum(v) / len(v), "rounds": len(v)} for c, v in sorted(by_cat.items())}}
+                 "by_category": {c: {"walked_tau": sum(v) / len(v), "rounds": len(v),
+                                     "rounds_committing": np.bincount(v, minlength=drafter.cfg.block + 2)[1:].tolist()}
+                                 for c, v in sorted(by_cat.items())}}
         report["drafters"][name] = entry
         cats = " ".join(f"{c} {e['walked_tau']:.2f}" for c, e in entry["by_category"].items())
         print(f"{name}: walked tau {entry['walked_tau']:.3f} ({len(pooled)} rounds); {cats}", flush=True)
