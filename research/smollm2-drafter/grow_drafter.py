@@ -15,10 +15,10 @@ import dataclasses
 from pathlib import Path
 
 import torch
+from common_trunk import start_logits  # this folder's: run as a script from the repository root
 
 from hyflash.models.drafter import Drafter
 from hyflash.models.loading import load_drafter, load_target, resolve, save_drafter, target_info
-from common_trunk import start_logits  # this folder's: run as a script from the repository root
 
 ZERO_AT_START = ("o.weight", "mem.out_proj.weight", "down.weight")  # what a layer adds to the residual stream
 
