@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from hyflash.models.loading import load_drafter, load_target, resolve, weights_sha256
+from hyflash.runtime_py.chatbench import read_chats
 from hyflash.train.cached import ConversationRows
 from hyflash.train.drafter import Distill, acceptance_lengths, walk
 
@@ -45,8 +46,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     target_dir = resolve(args.target, "target")
     target = load_target(target_dir)
+    if not (args.answers / "config.json").is_file():
+        raise SystemExit(f"{args.answers}: not a regenerated chat folder; write one with `hyflash regenerate "
+                         "--prompts-from data/chat/heldout.jsonl --greedy-share 1.0 ...` (the docstring's command)")
     rows = ConversationRows(args.answers, True, weights_sha256(target_dir))
-    categories = [json.loads(line)["category"] for line in args.chat.read_text().splitlines() if line.strip()]
+    categories = [chat["category"] for chat in read_chats(args.chat)]
     if len(categories) < len(rows.tokens):  # a folder's conversations are its prompts' first ones, in order
         raise SystemExit(f"{args.answers}: {len(rows.tokens)} conversations, {args.chat} {len(categories)}; "
                          "pass the chat file the answers were regenerated from")
@@ -56,7 +60,7 @@ def main() -> None:
     report = {"answers": str(args.answers), "greedy_conversations": len(ids), "first": args.first, "drafters": {}}
     for spec in args.drafters:
         name, _, folder = spec.partition("=")
-        drafter = load_drafter(resolve(folder or name, "drafter"), target).eval()
+        drafter = load_drafter(resolve(folder or name, "drafter"), target)
         lengths = acceptance_lengths(Distill(drafter, target, 48), all_rows)
         by_cat = defaultdict(list)
         for length, cat in zip(lengths, categories):
@@ -74,5 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    np.set_printoptions(precision=3)
     main()
