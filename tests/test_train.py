@@ -96,6 +96,33 @@ def test_train_drafter_continues_from_a_drafter_folder(corpus, tmp_path, capsys)
     assert not (tmp_path / "refused").exists()
 
 
+def test_slot_gamma_weighs_the_slots_losses(corpus, tmp_path, capsys):
+    """--slot-gamma G: slot k's loss weighs exp(-(k-1)/G), normalised; the same first step under another G logs
+    another loss; the run records G, and resuming it without G is refused in one line."""
+    from hyflash.train.drafter import SLOT_GAMMA, Distill
+
+    _, run = corpus
+    target = load_target(run / "model")
+    plain, sharp = tmp_path / "plain", tmp_path / "sharp"
+    assert main(_drafter_args(corpus, plain) + ["--steps", "1"]) == 0
+    assert main(_drafter_args(corpus, sharp) + ["--steps", "1", "--slot-gamma", "0.5"]) == 0
+    drafter = load_drafter(sharp / "model", target)
+    weight = Distill(drafter, target, 6, 0.5).slot_weight
+    k = torch.arange(drafter.cfg.block, dtype=torch.float32)
+    assert torch.allclose(weight, torch.exp(-2 * k) / torch.exp(-2 * k).sum())
+    assert torch.allclose(Distill(drafter, target, 6).slot_weight,
+                          torch.exp(-k / SLOT_GAMMA) / torch.exp(-k / SLOT_GAMMA).sum())
+    logs = [json.loads((r / "log.jsonl").read_text().splitlines()[0]) for r in (plain, sharp)]
+    assert logs[0]["ce"] != logs[1]["ce"]  # same weights, same batch: only the weighting differs
+    assert logs[0]["tau"] == logs[1]["tau"]  # what the drafter drafts before its first step is the same
+    assert json.loads((sharp / "run_config.json").read_text())["slot_gamma"] == 0.5
+    assert "slot_gamma" not in json.loads((plain / "run_config.json").read_text())
+    capsys.readouterr()
+    assert main(_drafter_args(corpus, sharp) + ["--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "slot_gamma" in err and err.count("\n") == 1
+
+
 def test_the_lookup_input_is_added_to_a_trained_drafter(corpus, tmp_path, capsys):
     """--init-from with --lookup-input: the drafter gains prompt-lookup's block as an input, drafting exactly
     as before until trained (whatever the block), then learning to use it; a drafter that has it is refused."""

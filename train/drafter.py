@@ -3,7 +3,7 @@
 For each training sequence the target runs once (no grad) and gives the features and its own
 next-token choices; anchors are sampled where a row allows them (the response part of regenerated
 text, assistant turns of chat; `train/batches.py`); slot k of anchor a learns the target's choice for
-position a+k with weight exp(-(k-1)/gamma). With the confidence head on, it learns whether the
+position a+k with weight exp(-(k-1)/gamma) (`SLOT_GAMMA` unless told). With the confidence head on, it learns whether the
 drafter's greedy chain is still right at slot k (binary cross-entropy).
 """
 
@@ -23,6 +23,8 @@ from hyflash.models.lookup import lookup_many
 from hyflash.models.target import LOGIT_BUDGET, Target, chunked_argmax
 from hyflash.train.batches import Rows
 from hyflash.train.loop import TrainConfig, pick_device, train, write_folder
+
+SLOT_GAMMA = 4.0  # slot k's loss weighs exp(-(k-1)/SLOT_GAMMA)
 
 
 def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor, labels: torch.Tensor,
@@ -70,7 +72,7 @@ def draw_anchors(tokens: torch.Tensor, anchorable: torch.Tensor, block: int, anc
 class Distill(nn.Module):
     """drafter + frozen target; forward(tokens (B, T), anchorable (B, T)) -> (loss, metrics). DDP wraps this."""
 
-    def __init__(self, drafter: Drafter, target: Target, anchors: int, gamma: float = 4.0):
+    def __init__(self, drafter: Drafter, target: Target, anchors: int, gamma: float = SLOT_GAMMA):
         super().__init__()
         self.drafter = drafter
         self.target = [target.eval().requires_grad_(False)]  # a list: not a submodule, never trained
@@ -138,13 +140,14 @@ class Distill(nn.Module):
 
 def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: TrainConfig, anchors: int = 48,
                   eval_every: int | None = None, eval_rows: int = 16, run_config: dict | None = None,
-                  init_from: Path | None = None, add_lookup_input: bool = False) -> Path:
+                  init_from: Path | None = None, add_lookup_input: bool = False, gamma: float | None = None) -> Path:
     """`data`: rows to train on (`hyflash.train.batches.open_rows`); every `eval_every` steps the log
     gets the held-out tau, cross-entropy and walked tau on `eval_rows` fixed held-out rows (`heldout_tau`,
     `heldout_walked_tau`: `walked_tau`).
     `init_from`: continue from that drafter folder's weights and config (`drafter_cfg` None); the run's
     own schedule (warm-up, cosine decay) starts afresh; `add_lookup_input` gives it prompt-lookup's block as an
-    input (new weights at zero: it starts drafting exactly as the folder's)."""
+    input (new weights at zero: it starts drafting exactly as the folder's). `gamma`: the slots' loss weights
+    (`Distill`); a run with other weights than the default records them in its run config."""
     torch.manual_seed(cfg.seed)  # the same initial weights in every process and every rerun
     device = pick_device(cfg.device)  # the target first: the drafter uses its tables in place
     target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -155,7 +158,9 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: 
                       **({"added": "lookup_input"} if add_lookup_input else {})}
     else:
         drafter = _fresh_drafter(target, drafter_cfg, data)
-    model = Distill(drafter, target, anchors)
+    model = Distill(drafter, target, anchors, gamma or SLOT_GAMMA)
+    if gamma is not None:  # runs with the default weights keep the run config they were started with
+        run_config = {**(run_config or {}), "slot_gamma": gamma}
 
     held = data.heldout(eval_rows) if eval_every else None
 

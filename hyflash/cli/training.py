@@ -113,7 +113,7 @@ def cmd_train_drafter(args) -> int:
                                        draft_vocab=args.draft_vocab, lookup_input=args.lookup_input)
     dest = train_drafter(target, cfg, rows, train_cfg, args.anchors, args.eval_every, args.eval_rows,
                          {"target": str(folder), "target_sha256": weights_sha256(folder), "seq_len": rows.seq_len},
-                         init_from, add_lookup_input)
+                         init_from, add_lookup_input, args.slot_gamma)
     if is_writer():
         print(f"wrote {dest}")
     return 0
@@ -305,6 +305,9 @@ def _train_drafter_parser(sub) -> None:
     p.add_argument("--answer-horizon", type=positive(), default=None, metavar="N",
                    help="conversations: anchors only in each answer's first N tokens, the held-out rows' too (a loop "
                         "that stops after N new tokens drafts only those)")
+    p.add_argument("--slot-gamma", type=positive(float), default=None, metavar="G",
+                   help="slot k's loss weighs exp(-(k-1)/G) (default 4); a smaller G puts the weight on the first "
+                        "slots, which every accepted draft needs")
     p.add_argument("--eval-every", type=positive(), default=100, help="held-out tau every K steps (in the log)")
     p.add_argument("--eval-rows", type=positive(), default=16, help="held-out rows the tau is measured on")
     _add_train_flags(p, steps=600, batch=4, lr=1e-3)
