@@ -3,8 +3,8 @@
 For each training sequence the target runs once (no grad) and gives the features and its own
 next-token choices; anchors are sampled where a row allows them (the response part of regenerated
 text, assistant turns of chat; `train/batches.py`); slot k of anchor a learns the target's choice for
-position a+k with weight exp(-(k-1)/gamma) (`SLOT_GAMMA` unless told). With the confidence head on, it learns whether the
-drafter's greedy chain is still right at slot k (binary cross-entropy).
+position a+k with weight exp(-(k-1)/gamma) (`SLOT_GAMMA` unless told). With the confidence head on, it
+learns whether the drafter's greedy chain is still right at slot k (binary cross-entropy).
 """
 
 from __future__ import annotations
@@ -140,22 +140,22 @@ class Distill(nn.Module):
 
 def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: TrainConfig, anchors: int = 48,
                   eval_every: int | None = None, eval_rows: int = 16, run_config: dict | None = None,
-                  init_from: Path | None = None, add_lookup_input: bool = False, gamma: float | None = None) -> Path:
+                  init_from: Path | None = None, add: tuple[str, ...] = (), gamma: float | None = None) -> Path:
     """`data`: rows to train on (`hyflash.train.batches.open_rows`); every `eval_every` steps the log
     gets the held-out tau, cross-entropy and walked tau on `eval_rows` fixed held-out rows (`heldout_tau`,
     `heldout_walked_tau`: `walked_tau`).
     `init_from`: continue from that drafter folder's weights and config (`drafter_cfg` None); the run's
-    own schedule (warm-up, cosine decay) starts afresh; `add_lookup_input` gives it prompt-lookup's block as an
-    input (new weights at zero: it starts drafting exactly as the folder's). `gamma`: the slots' loss weights
-    (`Distill`); a run with other weights than the default records them in its run config."""
+    own schedule (warm-up, cosine decay) starts afresh; `add` gives it inputs (`load_drafter`; new weights at zero:
+    it starts drafting exactly as the folder's). `gamma`: the slots' loss weights
+    (`Distill`; None: `SLOT_GAMMA`); a run given them records them in its run config."""
     torch.manual_seed(cfg.seed)  # the same initial weights in every process and every rerun
     device = pick_device(cfg.device)  # the target first: the drafter uses its tables in place
     target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     if init_from is not None:
-        drafter = load_drafter(init_from, target, add_lookup_input=add_lookup_input).train()
+        drafter = load_drafter(init_from, target, add=add).train()
         drafter_cfg = drafter.cfg
         run_config = {**(run_config or {}), "init_from": str(init_from),
-                      **({"added": "lookup_input"} if add_lookup_input else {})}
+                      **({"added": ",".join(add)} if add else {})}
     else:
         drafter = _fresh_drafter(target, drafter_cfg, data)
     model = Distill(drafter, target, anchors, gamma or SLOT_GAMMA)

@@ -3,11 +3,14 @@ token is among its first few guesses, and what a two-branch draft of the same 8 
 
 On the target's greedy answers to the held-out chat set (`runs/heldout-answers`, written as in
 `walk_heldout_chat.py`'s docstring), at every position a round may be anchored: the target's probability of its own
-next token (from its logits over the row), the drafter's slot-1 guesses (top 4), and the accepted length of three
+next token (from its logits over the row), the drafter's slot-1 guesses (top 4), whether the target's token is in
+the drafter's vocabulary at all, and the accepted length of three
 drafts that a verify of 8 rows can check: the chain of 7 (what the loop drafts), and two branches that share the
 anchor, the top-1 chain cut to 4 and a second chain of 3 from slot 1's second guess (its later slots the drafter's
-argmax after that guess, through the Markov head; the slot states do not depend on the chain). Each answer is then
-walked round by round (`walk`) on each kind's lengths.
+argmax after that guess, through the Markov head; the slot states do not depend on the chain). A third, a bound:
+the chain of 7 with prompt-lookup's token taken wherever the target's token is outside the draft vocabulary and is
+lookup's (what a copy that reached beyond the vocabulary could add at most). Each answer is then walked round by
+round (`walk`) on each kind's lengths.
 
     .venv/bin/python research/scripts/slot_one.py --answers runs/heldout-answers --drafter smollm2-135m-instruct \\
         --out research/smollm2-drafter/results/slot_one_shipped.json
@@ -29,6 +32,7 @@ from hyflash.train.cached import ConversationRows
 from hyflash.train.drafter import ANCHORS_AT_ONCE, Distill, walk
 
 BINS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.01)
+KINDS = ("chain7", "tree4+3", "chain7, copies beyond the vocabulary")
 
 
 def chain(drafter, states, first, copy):
@@ -48,7 +52,8 @@ def accepted(guess, labels):
 
 @torch.no_grad()
 def measure(target, drafter, rows):
-    """Per row: confidence (T,), slot-1 rank hits, and lengths (T,) for 'chain7', 'tree4+3'."""
+    """Per row: the target's confidence in its next token (T,), the label's rank among slot 1's top 4 (T,; -1 where
+    no anchor), lengths (T,) for each of `KINDS`, outside (T,) and slot 1's first guess (T,)."""
     model = Distill(drafter, target, ANCHORS_AT_ONCE)
     block = drafter.cfg.block
     per_row = []
@@ -59,8 +64,10 @@ def measure(target, drafter, rows):
         probs = torch.softmax(target.lm_head(hidden[0]).float(), -1)  # (T, V): the target's next-token distribution
         conf = probs.max(-1).values.numpy()
         t = one.tokens.shape[1]
-        lengths = {"chain7": np.zeros(t, np.int64), "tree4+3": np.zeros(t, np.int64)}
+        lengths = {kind: np.zeros(t, np.int64) for kind in KINDS}
         rank = np.full(t, -1, np.int64)  # the label's place among slot 1's top 4 (4: not there)
+        outside = np.zeros(t, bool)  # the label is outside the draft vocabulary: no draft can be it
+        guess = np.zeros(t, np.int64)
         allowed = np.flatnonzero(one.anchorable[0, 1:t - block]) + 1
         for start in range(0, len(allowed), ANCHORS_AT_ONCE):
             mask = np.zeros_like(one.anchorable)
@@ -72,13 +79,60 @@ def measure(target, drafter, rows):
                 top = drafter.target_ids(drafter.head(states[:, 0], prev[:, 0], c1).topk(4, -1).indices)  # (A, 4)
                 hit = top == labels[:, :1]
                 rank[a.numpy()] = torch.where(hit.any(-1), hit.float().argmax(-1), 4).numpy()
+                outside[a.numpy()] = (drafter.head_index(labels[:, 0]) < 0).numpy()
+                guess[a.numpy()] = top[:, 0].numpy()
                 first = chain(drafter, states, top[:, 0], copy)
                 second = chain(drafter, states, top[:, 1], copy)
                 lengths["chain7"][a.numpy()] = 1 + accepted(first, labels).numpy()
                 branch = torch.maximum(accepted(first[:, :4], labels[:, :4]), accepted(second[:, :3], labels[:, :3]))
                 lengths["tree4+3"][a.numpy()] = 1 + branch.numpy()
-        per_row.append((conf, rank, lengths))
+                if copy is not None:  # lookup's token where the target's is outside the draft vocabulary: a bound
+                    reach = (drafter.head_index(labels) < 0) & (copy[0] == labels)
+                    lengths["chain7, copies beyond the vocabulary"][a.numpy()] = \
+                        1 + accepted(torch.where(reach, labels, first), labels).numpy()
+        per_row.append((conf, rank, lengths, outside, guess))
     return per_row
+
+
+def tokenizer_of(target_dir: Path):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(target_dir / "tokenizer.json"))
+
+
+def print_examples(per_row, rows, tokenizer, count: int) -> None:
+    """Up to `count` confident misses, spread over the rows: the text up to the anchor, the target's token, its
+    probability and slot 1's first guess."""
+    misses = [(r, p) for r, (conf, rank, _, _, _) in enumerate(per_row)
+              for p in np.flatnonzero((rank > 0) & (conf >= 0.9))]
+    for r, p in misses[::max(1, len(misses) // count)][:count]:
+        conf, _, _, _, guess = per_row[r]
+        text = tokenizer.decode(rows.tokens[r][max(0, p - 12):p + 1].tolist())
+        print(f"{text[-60:]!r} -> {tokenizer.decode([int(rows.labels[r][p])])!r} ({conf[p]:.2f}), "
+              f"drafted {tokenizer.decode([int(guess[p])])!r}")
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bins = report["by_target_confidence"]
+    names = [f"{b['target_p_max'][0]:.1f}-{b['target_p_max'][1]:.1f}" for b in bins]
+    x = np.arange(len(bins))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar(x - 0.2, [b["slot1_top1"] for b in bins], 0.4, label="slot 1's first guess right")
+    ax.bar(x + 0.2, [b["slot1_top2"] for b in bins], 0.4, label="one of its first two")
+    ax.plot(x, [b["share"] for b in bins], "ko-", label="share of positions")
+    ax.set_xticks(x, names)
+    ax.set_xlabel("the target's probability of its own next token")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{report['drafter']} on the target's answers to held-out chat ({report['anchors']:,} positions)",
+                 fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main() -> None:
@@ -88,7 +142,10 @@ def main() -> None:
     ap.add_argument("--drafter", default="smollm2-135m-instruct")
     ap.add_argument("--target", default="smollm2-135m-instruct")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--examples", type=int, default=0,
+                    help="print N positions where the target gives its token 0.9 or more and slot 1 misses it")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None, help="a PNG of slot 1's accuracy by the target's confidence")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     target_dir = resolve(args.target, "target")
@@ -102,28 +159,35 @@ def main() -> None:
     ids = [i for i in range(len(rows.tokens)) if rows.greedy[i]]
     per_row = measure(target, drafter, rows.rows(ids))
 
-    conf = np.concatenate([c[r >= 0] for c, r, _ in per_row])
-    rank = np.concatenate([r[r >= 0] for _, r, _ in per_row])
+    conf = np.concatenate([row[0][row[1] >= 0] for row in per_row])
+    rank = np.concatenate([row[1][row[1] >= 0] for row in per_row])
+    outside = np.concatenate([row[3][row[1] >= 0] for row in per_row])
+    if args.examples:
+        print_examples(per_row, rows.rows(ids), tokenizer_of(target_dir), args.examples)
     bins = []
     for lo, hi in zip(BINS[:-1], BINS[1:]):
         m = (conf >= lo) & (conf < hi)
         bins.append({"target_p_max": [lo, min(hi, 1.0)], "share": float(m.mean()),
                      "slot1_top1": float((rank[m] == 0).mean()) if m.any() else None,
+                     "label_outside_draft_vocab": float(outside[m].mean()) if m.any() else None,
                      "slot1_top2": float((rank[m] <= 1).mean()) if m.any() else None})
     walked = {}
-    for kind in ("chain7", "tree4+3"):
+    for kind in KINDS:
         by_cat = defaultdict(list)
-        for (_, _, lengths), i in zip(per_row, ids):
-            by_cat[categories[i]] += walk(lengths[kind])
+        for row, i in zip(per_row, ids):
+            by_cat[categories[i]] += walk(row[2][kind])
         pooled = [n for v in by_cat.values() for n in v]
         walked[kind] = {"walked_tau": float(np.mean(pooled)), "rounds": len(pooled),
                         "by_category": {c: float(np.mean(v)) for c, v in sorted(by_cat.items())}}
     report = {"answers": str(args.answers), "drafter": args.drafter, "greedy_conversations": len(ids),
               "anchors": int(len(rank)), "slot1_top_k": {f"top{k}": float((rank < k).mean()) for k in (1, 2, 4)},
+              "slot1_label_outside_draft_vocab": float(outside.mean()),
               "target_p_max_mean": float(conf.mean()), "by_target_confidence": bins, "walked": walked}
     print(json.dumps(report, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
+    if args.plot:
+        plot(report, args.plot)
 
 
 if __name__ == "__main__":
