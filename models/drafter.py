@@ -21,9 +21,6 @@ from hyflash.models.target import RMSNorm, Rotary, Target, apply_rotary, attenti
 
 MEMORY_KINDS = ("mamba2", "gated_deltanet", "off")
 LOOKUP_WEIGHTS = ("lookup_embed", "copy_bias", "copy_gate.weight")  # the lookup input's own, all zero at first
-ANCHOR_WEIGHTS = ("anchor_embed",)  # the anchor input's own, zero at first
-# the inputs a trained drafter can gain (`load_drafter(add=...)`): config flag -> its weights, which start at zero
-ADDABLE_INPUTS = {"lookup_input": LOOKUP_WEIGHTS, "anchor_input": ANCHOR_WEIGHTS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +46,6 @@ class DrafterConfig:
     slot_attention: bool = True  # ablation: False = a slot attends to the window and itself only
     draft_vocab: int = 0  # N > 0: the head predicts only N target tokens (ids in the `d2t` buffer); 0 = all
     lookup_input: bool = False  # draft_read also reads prompt-lookup's block (docs/design.md, "The lookup input")
-    anchor_input: bool = False  # each mask slot's input gains the anchor's embedding (design.md, "The anchor input")
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
 
@@ -205,8 +201,6 @@ class Drafter(nn.Module):
             self.copy_bias = nn.Parameter(torch.zeros(MAX_NGRAM + 1, cfg.block))
             self.copy_gate = nn.Linear(d, 1, bias=False)
             nn.init.zeros_(self.copy_gate.weight)
-        if cfg.anchor_input:  # zero at first: slots that see the anchor only through attention, as without it
-            self.anchor_embed = nn.Parameter(torch.zeros(cfg.block, d))  # per slot
         slot = torch.arange(cfg.slots)
         mask = torch.ones(cfg.slots, cfg.slots, dtype=torch.bool) if cfg.slot_attention else slot[:, None] == slot
         self.register_buffer("slot_mask", mask, persistent=False)  # bidirectional among slots
@@ -247,17 +241,13 @@ class Drafter(nn.Module):
     def slot_inputs(self, anchor_tokens, lookup=None):
         """anchor_tokens: (B,) -> (B, S, d): anchor embedding, then B mask embeddings. lookup: prompt-lookup's
         block (B, 7) and match lengths (B,) (`lookup_input`): slot k's mask embedding gains lookup token k's
-        embedding, scaled per match length and slot. `anchor_input`: every mask embedding gains the anchor's,
-        scaled per slot."""
+        embedding, scaled per match length and slot."""
         b = anchor_tokens.shape[0]
-        anchor = self.embed_tokens(anchor_tokens)  # (B, d)
         masks = self.mask_embed.expand(b, self.cfg.block, -1)
         if self.cfg.lookup_input:
             block, match = lookup
             masks = masks + self.embed_tokens(block) * self.lookup_embed[match]  # (B, 7, d)
-        if self.cfg.anchor_input:
-            masks = masks + anchor[:, None] * self.anchor_embed  # (B, 7, d)
-        return torch.cat([anchor[:, None], masks], dim=1)
+        return torch.cat([self.embed_tokens(anchor_tokens)[:, None], masks], dim=1)
 
     def copy_logits(self, hn, match):
         """`lookup_input`: hn (A, 7, d) normalised slot states, match (A,) -> (A, 7), the logit added to

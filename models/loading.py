@@ -18,7 +18,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from hyflash.models.config import TargetConfig, read_json_object, rope_inv_freq
-from hyflash.models.drafter import ADDABLE_INPUTS, Drafter, DrafterConfig
+from hyflash.models.drafter import LOOKUP_WEIGHTS, Drafter, DrafterConfig
 from hyflash.models.files import sha256
 from hyflash.models.pull import resolve_pullable
 from hyflash.models.target import Rotary, Target
@@ -244,12 +244,11 @@ def drafter_config_dict(folder: Path) -> dict:
 
 
 def load_drafter(folder: str | Path, target: Target, overrides: dict | None = None,
-                 add: tuple[str, ...] = ()) -> Drafter:
+                 add_lookup_input: bool = False) -> Drafter:
     """A drafter folder (config.json + model.safetensors) for this target; mismatches refused.
     `overrides` changes run-time settings that leave the weights as they are (the window).
-    `add`: inputs the drafter gains (`ADDABLE_INPUTS`: "lookup_input", prompt-lookup's block; "anchor_input", the
-    anchor's embedding in every slot), their new weights at zero, so that it drafts exactly as the folder's until
-    trained (`train-drafter --init-from ... --lookup-input --anchor-input`)."""
+    `add_lookup_input`: the drafter gains prompt-lookup's block as an input, its new weights at zero, so that
+    it drafts exactly as the folder's until trained (`train-drafter --init-from ... --lookup-input`)."""
     folder = Path(folder)
     raw = drafter_config_dict(folder)
     made_for = raw.get("target")
@@ -263,18 +262,15 @@ def load_drafter(folder: str | Path, target: Target, overrides: dict | None = No
         cfg = DrafterConfig(**{**raw["hyflash_drafter"], **(overrides or {})})
     except TypeError as e:
         raise ValueError(f"{folder / 'config.json'}: not a drafter config this hyflash understands ({e})") from None
-    for name in add:
-        if name not in ADDABLE_INPUTS:
-            raise ValueError(f"a trained drafter can gain {', '.join(ADDABLE_INPUTS)}, not {name!r}")
-        if getattr(cfg, name):
-            raise ValueError(f"{folder}: this drafter already has its {name.replace('_', ' ')}; leave out "
-                             f"--{name.replace('_', '-')}")
-        cfg = dataclasses.replace(cfg, **{name: True})
+    if add_lookup_input:
+        if cfg.lookup_input:
+            raise ValueError(f"{folder}: this drafter already reads prompt-lookup's block; leave out --lookup-input")
+        cfg = dataclasses.replace(cfg, lookup_input=True)
     drafter = Drafter.for_target(target, cfg)
     weights = {k: v.float() if v.is_floating_point() else v for k, v in load_file(folder / "model.safetensors").items()}
     missing, unexpected = drafter.load_state_dict(weights, strict=False)
-    new = {k for name in add for k in ADDABLE_INPUTS[name]}  # the new weights, zero as Drafter makes them
-    missing = [k for k in missing if k not in new]
+    if add_lookup_input:  # the new weights, zero as Drafter makes them
+        missing = [k for k in missing if k not in LOOKUP_WEIGHTS]
     if missing or unexpected:
         raise ValueError(f"{folder}: drafter weights do not match its config "
                          f"(missing {missing[:2]}, unexpected {unexpected[:2]})")

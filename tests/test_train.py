@@ -123,12 +123,11 @@ def test_slot_gamma_weighs_the_slots_losses(corpus, tmp_path, capsys):
     assert "slot_gamma" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("name", ["lookup_input", "anchor_input"])
-def test_an_input_is_added_to_a_trained_drafter(corpus, tmp_path, capsys, name):
-    """--init-from with --lookup-input (prompt-lookup's block) or --anchor-input (the anchor's embedding in every
-    slot): the drafter gains the input, drafting exactly as before until trained (whatever the input holds), then
-    learning to use it; a drafter that has it is refused in one line."""
-    from hyflash.models.drafter import ADDABLE_INPUTS
+def test_the_lookup_input_is_added_to_a_trained_drafter(corpus, tmp_path, capsys):
+    """--init-from with --lookup-input: the drafter gains prompt-lookup's block as an input, drafting exactly
+    as before until trained (whatever the block), then learning to use it; a drafter that has it is refused."""
+    from hyflash.models.drafter import LOOKUP_WEIGHTS
+    from hyflash.models.loading import load_drafter, load_target
     from hyflash.models.lookup import lookup_many
 
     _, run = corpus
@@ -136,8 +135,8 @@ def test_an_input_is_added_to_a_trained_drafter(corpus, tmp_path, capsys, name):
     assert main(_drafter_args(corpus, first)) == 0
     target = load_target(run / "model")
     plain = load_drafter(first / "model", target)
-    added = load_drafter(first / "model", target, add=(name,))
-    assert getattr(added.cfg, name) and not getattr(plain.cfg, name)
+    added = load_drafter(first / "model", target, add_lookup_input=True)
+    assert added.cfg.lookup_input and not plain.cfg.lookup_input
     tokens = torch.tensor(([5, 9, 13, 7, 21, 5, 9, 13, 30, 11] * 4)[:36])
     anchors, block = torch.tensor([12, 15, 22, 27]), plain.cfg.block
     with torch.no_grad():
@@ -145,26 +144,21 @@ def test_an_input_is_added_to_a_trained_drafter(corpus, tmp_path, capsys, name):
         prev = tokens[(anchors[:, None] + torch.arange(block)).clamp(max=35)]
         found = tuple(torch.from_numpy(x) for x in lookup_many(tokens.numpy(), anchors.numpy(), block))
         assert (found[1] > 0).all()  # lookup matches there: a block that would move the drafts if it were read
-        found = found if name == "lookup_input" else None
         a, _ = plain.forward_train(features[0], tokens, anchors, prev)
         b, _ = added.forward_train(features[0], tokens, anchors, prev, lookup=found)
-        for weight in ADDABLE_INPUTS[name]:  # as if trained: the input now moves the logits
-            added.get_parameter(weight).fill_(0.5)
-        c, _ = added.forward_train(features[0], tokens, anchors, prev, lookup=found)
-    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.equal(a, b)
     args = _drafter_args(corpus, grown)
     args = args[:args.index("--markov-rank")] + args[args.index("--markov-rank") + 2:]
-    flag = "--" + name.replace("_", "-")
-    assert main(args + ["--init-from", str(first / "model"), flag, "--lr", "1e-2"]) == 0
-    assert json.loads((grown / "model" / "config.json").read_text())["hyflash_drafter"][name] is True
+    assert main(args + ["--init-from", str(first / "model"), "--lookup-input", "--lr", "1e-2"]) == 0
+    cfg = json.loads((grown / "model" / "config.json").read_text())["hyflash_drafter"]
+    assert cfg["lookup_input"] is True
     weights = load_file(grown / "model" / "model.safetensors")
-    assert set(ADDABLE_INPUTS[name]) <= weights.keys()
-    assert any(weights[k].abs().max() > 0 for k in ADDABLE_INPUTS[name])
-    assert json.loads((grown / "run_config.json").read_text())["added"] == name
+    assert set(LOOKUP_WEIGHTS) <= weights.keys() and any(weights[k].abs().max() > 0 for k in LOOKUP_WEIGHTS)
+    assert json.loads((grown / "run_config.json").read_text())["added"] == "lookup_input"
     capsys.readouterr()
-    assert main(args + ["--init-from", str(grown / "model"), flag, "--out", str(tmp_path / "no")]) == 2
+    assert main(args + ["--init-from", str(grown / "model"), "--lookup-input", "--out", str(tmp_path / "no")]) == 2
     err = capsys.readouterr().err
-    assert f"already has its {name.replace('_', ' ')}" in err and err.count("\n") == 1
+    assert "already reads prompt-lookup's block" in err and err.count("\n") == 1
     assert not (tmp_path / "no").exists()
 
 

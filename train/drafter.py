@@ -140,22 +140,22 @@ class Distill(nn.Module):
 
 def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: TrainConfig, anchors: int = 48,
                   eval_every: int | None = None, eval_rows: int = 16, run_config: dict | None = None,
-                  init_from: Path | None = None, add: tuple[str, ...] = (), gamma: float | None = None) -> Path:
+                  init_from: Path | None = None, add_lookup_input: bool = False, gamma: float | None = None) -> Path:
     """`data`: rows to train on (`hyflash.train.batches.open_rows`); every `eval_every` steps the log
     gets the held-out tau, cross-entropy and walked tau on `eval_rows` fixed held-out rows (`heldout_tau`,
     `heldout_walked_tau`: `walked_tau`).
     `init_from`: continue from that drafter folder's weights and config (`drafter_cfg` None); the run's
-    own schedule (warm-up, cosine decay) starts afresh; `add` gives it inputs (`load_drafter`; new weights at zero:
-    it starts drafting exactly as the folder's). `gamma`: the slots' loss weights
+    own schedule (warm-up, cosine decay) starts afresh; `add_lookup_input` gives it prompt-lookup's block as an
+    input (new weights at zero: it starts drafting exactly as the folder's). `gamma`: the slots' loss weights
     (`Distill`; None: `SLOT_GAMMA`); a run given them records them in its run config."""
     torch.manual_seed(cfg.seed)  # the same initial weights in every process and every rerun
     device = pick_device(cfg.device)  # the target first: the drafter uses its tables in place
     target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     if init_from is not None:
-        drafter = load_drafter(init_from, target, add=add).train()
+        drafter = load_drafter(init_from, target, add_lookup_input=add_lookup_input).train()
         drafter_cfg = drafter.cfg
         run_config = {**(run_config or {}), "init_from": str(init_from),
-                      **({"added": ",".join(add)} if add else {})}
+                      **({"added": "lookup_input"} if add_lookup_input else {})}
     else:
         drafter = _fresh_drafter(target, drafter_cfg, data)
     model = Distill(drafter, target, anchors, gamma or SLOT_GAMMA)

@@ -53,7 +53,7 @@ def cmd_train_target(args) -> int:
 # (which takes the architecture from its folder) can refuse any given beside it, defaults included.
 _DRAFTER_SHAPE = {"memory": "mamba2", "window": "128", "layers": 2, "intermediate_size": None, "markov_rank": 64,
                   "no_confidence": False, "memory_history": None, "no_slot_attention": False, "draft_vocab": 0,
-                  "lookup_input": False, "anchor_input": False}
+                  "lookup_input": False}
 
 
 def _drafter_folder(name: str, flag: str) -> Path:
@@ -79,9 +79,9 @@ def cmd_train_drafter(args) -> int:
     from hyflash.train.loop import is_writer
 
     given = [k for k in _DRAFTER_SHAPE if getattr(args, k) is not None]
-    add = tuple(k for k in ("lookup_input", "anchor_input") if args.init_from and getattr(args, k))
-    for k in add:  # the inputs a trained drafter can gain
-        given.remove(k)
+    add_lookup_input = bool(args.init_from and args.lookup_input)  # the one addition a trained drafter takes
+    if add_lookup_input:
+        given.remove("lookup_input")
     if args.init_from and given:
         raise CliError(f"--init-from takes the drafter's architecture from {args.init_from}; leave out "
                        + " ".join(f"--{k.replace('_', '-')}" for k in given))
@@ -110,11 +110,10 @@ def cmd_train_drafter(args) -> int:
         cfg = DrafterConfig.for_target(target, memory=args.memory, window=window, layers=args.layers, **sizes,
                                        markov_rank=args.markov_rank, confidence=not args.no_confidence,
                                        memory_history=args.memory_history, slot_attention=not args.no_slot_attention,
-                                       draft_vocab=args.draft_vocab, lookup_input=args.lookup_input,
-                                       anchor_input=args.anchor_input)
+                                       draft_vocab=args.draft_vocab, lookup_input=args.lookup_input)
     dest = train_drafter(target, cfg, rows, train_cfg, args.anchors, args.eval_every, args.eval_rows,
                          {"target": str(folder), "target_sha256": weights_sha256(folder), "seq_len": rows.seq_len},
-                         init_from, add, args.slot_gamma)
+                         init_from, add_lookup_input, args.slot_gamma)
     if is_writer():
         print(f"wrote {dest}")
     return 0
@@ -291,13 +290,10 @@ def _train_drafter_parser(sub) -> None:
     p.add_argument("--lookup-input", action="store_const", const=True,
                    help="draft_read also reads prompt-lookup's block and match length (docs/design.md); beside "
                         "--init-from, adds it to that drafter (its new weights start at zero)")
-    p.add_argument("--anchor-input", action="store_const", const=True,
-                   help="every draft slot's input also gains the anchor's embedding, a direct path from the token the "
-                        "first draft follows; beside --init-from, adds it to that drafter (its new weights start at zero)")
     p.add_argument("--init-from", default=None,
                    help="continue from this drafter folder's weights and architecture (bf16 weights, fresh optimizer "
                         "moments and lr schedule; calibrate again for hybrid drafting); no architecture flags beside it but "
-                        "--lookup-input and --anchor-input")
+                        "--lookup-input")
     p.add_argument("--seq-len", type=positive(), default=None,
                    help="training window (default 512; a regenerated folder's own length)")
     p.add_argument("--anchors", type=positive(), default=48, help="anchors sampled per sequence")
