@@ -10,7 +10,8 @@ anchor, the top-1 chain cut to 4 and a second chain of 3 from slot 1's second gu
 argmax after that guess, through the Markov head; the slot states do not depend on the chain). A third, a bound:
 the chain of 7 with prompt-lookup's token taken wherever the target's token is outside the draft vocabulary and is
 lookup's (what a copy that reached beyond the vocabulary could add at most). Each answer is then walked round by
-round (`walk`) on each kind's lengths.
+round (`walk`) on each kind's lengths. Last, slot 1 with its anchor taken away (`anchor_ablation`): how much of
+what it gets right comes from the token it follows.
 
     .venv/bin/python research/scripts/slot_one.py --answers runs/heldout-answers --drafter smollm2-135m-instruct \\
         --out research/smollm2-drafter/results/slot_one_shipped.json
@@ -46,6 +47,23 @@ def chain(drafter, states, first, copy):
     return torch.stack(out, 1)
 
 
+def anchored(model, rows):
+    """(row index, anchors (A,), labels (A, 7), states (A, 7, d), prev (A, 7), copy) at every position of every row
+    where a round may be anchored, `ANCHORS_AT_ONCE` at a time (`Distill.predict` on the rows' feature cache)."""
+    block = model.drafter.cfg.block
+    for r in range(len(rows)):
+        one = rows[r:r + 1]
+        t = one.tokens.shape[1]
+        allowed = np.flatnonzero(one.anchorable[0, 1:t - block]) + 1
+        for start in range(0, len(allowed), ANCHORS_AT_ONCE):
+            mask = np.zeros_like(one.anchorable)
+            mask[0, allowed[start:start + ANCHORS_AT_ONCE]] = True
+            for a, labels, states, prev, _, copy in model.predict(
+                    torch.from_numpy(one.tokens), torch.from_numpy(mask), torch.from_numpy(one.features),
+                    torch.from_numpy(one.labels)):
+                yield r, a.numpy(), labels, states, prev, copy
+
+
 def accepted(guess, labels):
     return (guess == labels).long().cumprod(-1).sum(-1)
 
@@ -55,43 +73,58 @@ def measure(target, drafter, rows):
     """Per row: the target's confidence in its next token (T,), the label's rank among slot 1's top 4 (T,; -1 where
     no anchor), lengths (T,) for each of `KINDS`, outside (T,) and slot 1's first guess (T,)."""
     model = Distill(drafter, target, ANCHORS_AT_ONCE)
-    block = drafter.cfg.block
     per_row = []
     for r in range(len(rows)):
-        one = rows[r:r + 1]
-        tokens = torch.from_numpy(one.tokens)
-        hidden, _ = target.trunk(tokens)
+        hidden, _ = target.trunk(torch.from_numpy(rows.tokens[r:r + 1]))
         probs = torch.softmax(target.lm_head(hidden[0]).float(), -1)  # (T, V): the target's next-token distribution
-        conf = probs.max(-1).values.numpy()
-        t = one.tokens.shape[1]
-        lengths = {kind: np.zeros(t, np.int64) for kind in KINDS}
-        rank = np.full(t, -1, np.int64)  # the label's place among slot 1's top 4 (4: not there)
-        outside = np.zeros(t, bool)  # the label is outside the draft vocabulary: no draft can be it
-        guess = np.zeros(t, np.int64)
-        allowed = np.flatnonzero(one.anchorable[0, 1:t - block]) + 1
-        for start in range(0, len(allowed), ANCHORS_AT_ONCE):
-            mask = np.zeros_like(one.anchorable)
-            mask[0, allowed[start:start + ANCHORS_AT_ONCE]] = True
-            for a, labels, states, prev, _, copy in model.predict(tokens, torch.from_numpy(mask),
-                                                                  torch.from_numpy(one.features),
-                                                                  torch.from_numpy(one.labels)):
-                c1 = (copy[0][:, 0], copy[1][:, 0]) if copy is not None else None
-                top = drafter.target_ids(drafter.head(states[:, 0], prev[:, 0], c1).topk(4, -1).indices)  # (A, 4)
-                hit = top == labels[:, :1]
-                rank[a.numpy()] = torch.where(hit.any(-1), hit.float().argmax(-1), 4).numpy()
-                outside[a.numpy()] = (drafter.head_index(labels[:, 0]) < 0).numpy()
-                guess[a.numpy()] = top[:, 0].numpy()
-                first = chain(drafter, states, top[:, 0], copy)
-                second = chain(drafter, states, top[:, 1], copy)
-                lengths["chain7"][a.numpy()] = 1 + accepted(first, labels).numpy()
-                branch = torch.maximum(accepted(first[:, :4], labels[:, :4]), accepted(second[:, :3], labels[:, :3]))
-                lengths["tree4+3"][a.numpy()] = 1 + branch.numpy()
-                if copy is not None:  # lookup's token where the target's is outside the draft vocabulary: a bound
-                    reach = (drafter.head_index(labels) < 0) & (copy[0] == labels)
-                    lengths["chain7, copies beyond the vocabulary"][a.numpy()] = \
-                        1 + accepted(torch.where(reach, labels, first), labels).numpy()
-        per_row.append((conf, rank, lengths, outside, guess))
+        t = rows.tokens.shape[1]
+        per_row.append((probs.max(-1).values.numpy(), np.full(t, -1, np.int64),  # rank among slot 1's top 4 (4: none)
+                        {kind: np.zeros(t, np.int64) for kind in KINDS},
+                        np.zeros(t, bool), np.zeros(t, np.int64)))  # outside the draft vocabulary; slot 1's guess
+    for r, a, labels, states, prev, copy in anchored(model, rows):
+        _, rank, lengths, outside, guess = per_row[r]
+        c1 = (copy[0][:, 0], copy[1][:, 0]) if copy is not None else None
+        top = drafter.target_ids(drafter.head(states[:, 0], prev[:, 0], c1).topk(4, -1).indices)  # (A, 4)
+        hit = top == labels[:, :1]
+        rank[a] = torch.where(hit.any(-1), hit.float().argmax(-1), 4).numpy()
+        outside[a] = (drafter.head_index(labels[:, 0]) < 0).numpy()
+        guess[a] = top[:, 0].numpy()
+        first = chain(drafter, states, top[:, 0], copy)
+        second = chain(drafter, states, top[:, 1], copy)
+        lengths["chain7"][a] = 1 + accepted(first, labels).numpy()
+        branch = torch.maximum(accepted(first[:, :4], labels[:, :4]), accepted(second[:, :3], labels[:, :3]))
+        lengths["tree4+3"][a] = 1 + branch.numpy()
+        if copy is not None:  # lookup's token where the target's is outside the draft vocabulary: a bound
+            reach = (drafter.head_index(labels) < 0) & (copy[0] == labels)
+            lengths["chain7, copies beyond the vocabulary"][a] = 1 + accepted(torch.where(reach, labels, first),
+                                                                              labels).numpy()
     return per_row
+
+
+ABLATED = 0  # the token an ablated anchor becomes: a constant that says nothing of the real one
+
+
+@torch.no_grad()
+def anchor_ablation(target, drafter, rows) -> dict:
+    """Slot 1's first guess right, as it is and with the anchor taken away: its embedding (slot 0's input) replaced
+    by token `ABLATED`, then the Markov head's previous token too."""
+    model = Distill(drafter, target, ANCHORS_AT_ONCE)
+    real = drafter.slot_inputs
+    hits = {"as it is": [], "anchor embedding ablated": [], "anchor embedding and Markov input ablated": []}
+    for ablate in (False, True):
+        drafter.slot_inputs = (lambda tokens, lookup=None: real(torch.full_like(tokens, ABLATED), lookup)) \
+            if ablate else real
+        try:
+            for _, _, labels, states, prev, copy in anchored(model, rows):
+                c1 = (copy[0][:, 0], copy[1][:, 0]) if copy is not None else None
+                for name, p in (("as it is", prev[:, 0]), ("anchor embedding ablated", prev[:, 0]),
+                                ("anchor embedding and Markov input ablated", torch.full_like(prev[:, 0], ABLATED))):
+                    if (name != "as it is") == ablate:
+                        guess = drafter.target_ids(drafter.head(states[:, 0], p, c1).argmax(-1))
+                        hits[name] += (guess == labels[:, 0]).tolist()
+        finally:
+            drafter.slot_inputs = real
+    return {name: float(np.mean(v)) for name, v in hits.items()}
 
 
 def tokenizer_of(target_dir: Path):
@@ -182,7 +215,8 @@ def main() -> None:
     report = {"answers": str(args.answers), "drafter": args.drafter, "greedy_conversations": len(ids),
               "anchors": int(len(rank)), "slot1_top_k": {f"top{k}": float((rank < k).mean()) for k in (1, 2, 4)},
               "slot1_label_outside_draft_vocab": float(outside.mean()),
-              "target_p_max_mean": float(conf.mean()), "by_target_confidence": bins, "walked": walked}
+              "target_p_max_mean": float(conf.mean()), "by_target_confidence": bins,
+              "slot1_top1_without_the_anchor": anchor_ablation(target, drafter, rows.rows(ids)), "walked": walked}
     print(json.dumps(report, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
