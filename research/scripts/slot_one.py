@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
+from walk_heldout_chat import greedy_answers, walk_by_category  # this folder's: run from the repository root
 
-from hyflash.models.loading import load_drafter, load_target, resolve, weights_sha256
-from hyflash.runtime_py.chatbench import read_chats
-from hyflash.train.cached import ConversationRows
-from hyflash.train.drafter import ANCHORS_AT_ONCE, Distill, walk
+from hyflash.models.loading import load_drafter, load_target, resolve
+from hyflash.train.drafter import ANCHORS_AT_ONCE, Distill
 
 BINS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.01)
 KINDS = ("chain7", "tree4+3", "chain7, copies beyond the vocabulary")
@@ -106,24 +104,20 @@ ABLATED = 0  # the token an ablated anchor becomes: a constant that says nothing
 
 @torch.no_grad()
 def anchor_ablation(target, drafter, rows) -> dict:
-    """Slot 1's first guess right, as it is and with the anchor taken away: its embedding (slot 0's input) replaced
-    by token `ABLATED`, then the Markov head's previous token too."""
+    """Slot 1's first guess right with the anchor taken away: its embedding (slot 0's input) replaced by token
+    `ABLATED`, then the Markov head's previous token too."""
     model = Distill(drafter, target, ANCHORS_AT_ONCE)
     real = drafter.slot_inputs
-    hits = {"as it is": [], "anchor embedding ablated": [], "anchor embedding and Markov input ablated": []}
-    for ablate in (False, True):
-        drafter.slot_inputs = (lambda tokens, lookup=None: real(torch.full_like(tokens, ABLATED), lookup)) \
-            if ablate else real
-        try:
-            for _, _, labels, states, prev, copy in anchored(model, rows):
-                c1 = (copy[0][:, 0], copy[1][:, 0]) if copy is not None else None
-                for name, p in (("as it is", prev[:, 0]), ("anchor embedding ablated", prev[:, 0]),
-                                ("anchor embedding and Markov input ablated", torch.full_like(prev[:, 0], ABLATED))):
-                    if (name != "as it is") == ablate:
-                        guess = drafter.target_ids(drafter.head(states[:, 0], p, c1).argmax(-1))
-                        hits[name] += (guess == labels[:, 0]).tolist()
-        finally:
-            drafter.slot_inputs = real
+    drafter.slot_inputs = lambda tokens, lookup=None: real(torch.full_like(tokens, ABLATED), lookup)
+    hits = {"anchor embedding ablated": [], "anchor embedding and Markov input ablated": []}
+    try:
+        for _, _, labels, states, prev, copy in anchored(model, rows):
+            c1 = (copy[0][:, 0], copy[1][:, 0]) if copy is not None else None
+            for name, p in zip(hits, (prev[:, 0], torch.full_like(prev[:, 0], ABLATED))):
+                guess = drafter.target_ids(drafter.head(states[:, 0], p, c1).argmax(-1))
+                hits[name] += (guess == labels[:, 0]).tolist()
+    finally:
+        drafter.slot_inputs = real
     return {name: float(np.mean(v)) for name, v in hits.items()}
 
 
@@ -182,21 +176,16 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     target_dir = resolve(args.target, "target")
-    if not (args.answers / "config.json").is_file():
-        raise SystemExit(f"{args.answers}: not a regenerated chat folder; write one as walk_heldout_chat.py's "
-                         "docstring says")
     target = load_target(target_dir).eval()
     drafter = load_drafter(resolve(args.drafter, "drafter"), target).eval()
-    rows = ConversationRows(args.answers, True, weights_sha256(target_dir))
-    categories = [chat["category"] for chat in read_chats(args.chat)]
-    ids = [i for i in range(len(rows.tokens)) if rows.greedy[i]]
-    per_row = measure(target, drafter, rows.rows(ids))
+    ids, categories, rows = greedy_answers(args.answers, args.chat, target_dir)
+    per_row = measure(target, drafter, rows)
 
     conf = np.concatenate([row[0][row[1] >= 0] for row in per_row])
     rank = np.concatenate([row[1][row[1] >= 0] for row in per_row])
     outside = np.concatenate([row[3][row[1] >= 0] for row in per_row])
     if args.examples:
-        print_examples(per_row, rows.rows(ids), tokenizer_of(target_dir), args.examples)
+        print_examples(per_row, rows, tokenizer_of(target_dir), args.examples)
     bins = []
     for lo, hi in zip(BINS[:-1], BINS[1:]):
         m = (conf >= lo) & (conf < hi)
@@ -206,9 +195,7 @@ def main() -> None:
                      "slot1_top2": float((rank[m] <= 1).mean()) if m.any() else None})
     walked = {}
     for kind in KINDS:
-        by_cat = defaultdict(list)
-        for row, i in zip(per_row, ids):
-            by_cat[categories[i]] += walk(row[2][kind])
+        by_cat = walk_by_category([row[2][kind] for row in per_row], categories)
         pooled = [n for v in by_cat.values() for n in v]
         walked[kind] = {"walked_tau": float(np.mean(pooled)), "rounds": len(pooled),
                         "by_category": {c: float(np.mean(v)) for c, v in sorted(by_cat.items())}}
@@ -216,7 +203,9 @@ def main() -> None:
               "anchors": int(len(rank)), "slot1_top_k": {f"top{k}": float((rank < k).mean()) for k in (1, 2, 4)},
               "slot1_label_outside_draft_vocab": float(outside.mean()),
               "target_p_max_mean": float(conf.mean()), "by_target_confidence": bins,
-              "slot1_top1_without_the_anchor": anchor_ablation(target, drafter, rows.rows(ids)), "walked": walked}
+              "slot1_top1_without_the_anchor": {"as it is": float((rank == 0).mean()),
+                                                **anchor_ablation(target, drafter, rows)},
+              "walked": walked}
     print(json.dumps(report, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")

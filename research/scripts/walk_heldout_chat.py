@@ -31,6 +31,31 @@ from hyflash.train.cached import ConversationRows
 from hyflash.train.drafter import Distill, acceptance_lengths, walk
 
 
+def greedy_answers(answers: Path, chat: Path, target_dir: Path, limit: int | None = None):
+    """A regenerated chat folder's greedily answered conversations (the first `limit`): their ids, categories (from
+    the chat .jsonl it was regenerated from) and rows with the feature cache. The walk is the greedy loop's rounds
+    on greedy rows alone."""
+    if not (answers / "config.json").is_file():
+        raise SystemExit(f"{answers}: not a regenerated chat folder; write one with `hyflash regenerate "
+                         "--prompts-from data/chat/heldout.jsonl --greedy-share 1.0 ...` (walk_heldout_chat.py's "
+                         "docstring)")
+    rows = ConversationRows(answers, True, weights_sha256(target_dir))
+    categories = [c["category"] for c in read_chats(chat)]
+    if len(categories) < len(rows.tokens):  # a folder's conversations are its prompts' first ones, in order
+        raise SystemExit(f"{answers}: {len(rows.tokens)} conversations, {chat} {len(categories)}; "
+                         "pass the chat file the answers were regenerated from")
+    ids = [i for i in range(min(len(rows.tokens), limit or len(rows.tokens))) if rows.greedy[i]]
+    return ids, [categories[i] for i in ids], rows.rows(ids)
+
+
+def walk_by_category(lengths, categories, first: int | None = None) -> dict[str, list[int]]:
+    """Each row's acceptance lengths walked round by round (`walk`), the rounds gathered by the row's category."""
+    by_cat = defaultdict(list)
+    for length, category in zip(lengths, categories):
+        by_cat[category] += walk(length, first)
+    return by_cat
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("drafters", nargs="+", help="NAME=FOLDER (or a reference name)")
@@ -46,25 +71,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     target_dir = resolve(args.target, "target")
     target = load_target(target_dir)
-    if not (args.answers / "config.json").is_file():
-        raise SystemExit(f"{args.answers}: not a regenerated chat folder; write one with `hyflash regenerate "
-                         "--prompts-from data/chat/heldout.jsonl --greedy-share 1.0 ...` (the docstring's command)")
-    rows = ConversationRows(args.answers, True, weights_sha256(target_dir))
-    categories = [chat["category"] for chat in read_chats(args.chat)]
-    if len(categories) < len(rows.tokens):  # a folder's conversations are its prompts' first ones, in order
-        raise SystemExit(f"{args.answers}: {len(rows.tokens)} conversations, {args.chat} {len(categories)}; "
-                         "pass the chat file the answers were regenerated from")
-    ids = [i for i in range(min(len(rows.tokens), args.limit or len(rows.tokens))) if rows.greedy[i]]
-    categories = [categories[i] for i in ids]  # greedy rows alone: the walk is the greedy loop's rounds
-    all_rows = rows.rows(ids)
+    ids, categories, all_rows = greedy_answers(args.answers, args.chat, target_dir, args.limit)
     report = {"answers": str(args.answers), "greedy_conversations": len(ids), "first": args.first, "drafters": {}}
     for spec in args.drafters:
         name, _, folder = spec.partition("=")
         drafter = load_drafter(resolve(folder or name, "drafter"), target)
         lengths = acceptance_lengths(Distill(drafter, target, 48), all_rows)
-        by_cat = defaultdict(list)
-        for length, cat in zip(lengths, categories):
-            by_cat[cat] += walk(length, args.first)
+        by_cat = walk_by_category(lengths, categories, args.first)
         pooled = [n for v in by_cat.values() for n in v]
         entry = {"folder": folder or name, "walked_tau": sum(pooled) / len(pooled), "rounds": len(pooled),
                  "by_category": {c: {"walked_tau": sum(v) / len(v), "rounds": len(v),
