@@ -310,6 +310,8 @@ def test_cache_features_rebuilds_the_cache_regeneration_wrote(conversations, tmp
     folder, model = conversations
     copy = tmp_path / "copy"
     shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("features"))
+    lengths = [np.load(copy / f"shard-{i:05d}.npz")["length"] for i in range(3)]
+    assert any((np.diff(n) < 0).any() for n in lengths)  # rows out of length order: the cache regroups them
     assert cache_features(model, copy, progress=False)["shards_written"] == 3
     assert cache_features(model, copy, progress=False)["shards_written"] == 0  # resumable: nothing left
     for i in range(3):

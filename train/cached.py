@@ -249,25 +249,26 @@ def cache_features(target: Target, folder: Path, rows_at_once: int = 8, progress
     for name in tqdm(shards, desc="cache-features", unit="shard", disable=not progress, dynamic_ncols=True):
         with np.load(folder / f"{name}.npz") as z:
             tokens, length, answer = z["tokens"], z["length"], z["answer"]
-        feats, labels = [], []
+        feats = [np.zeros((0, target.feature_size), np.float16)] * len(tokens)
+        labels = [np.zeros(0, np.int32)] * len(tokens)
+        by_length = np.argsort(length, kind="stable")  # rows of like length together: little padding to compute
         for b0 in range(0, len(tokens), rows_at_once):
-            part = slice(b0, b0 + rows_at_once)
-            t = int(length[part].max()) if len(length[part]) else 0
+            part = by_length[b0:b0 + rows_at_once]
+            t = int(length[part].max()) if len(part) else 0
             if t == 0:
                 continue
             x = torch.from_numpy(tokens[part, :t].astype(np.int64))  # right-padded: a causal row never sees its pad
             hidden, f = target.trunk(x)
             best = chunked_argmax(hidden, target.lm_head.weight).numpy()  # (b, t)
-            for r, n in enumerate(length[part]):
-                n = int(n)
+            for r, row in enumerate(part):
+                n = int(length[row])
                 row_f = f[r, :n].to(torch.float16).numpy()
                 row_f[n - 1:] = 0  # the last token is never fed back (as regeneration writes it)
                 lab = np.full(n, -1, np.int32)
                 want = np.zeros(n, bool)
-                want[:n - 1] = answer[b0 + r, 1:n]  # the target's choice before each token it wrote
+                want[:n - 1] = answer[row, 1:n]  # the target's choice before each token it wrote
                 lab[want] = best[r, :n][want]
-                feats.append(row_f)
-                labels.append(lab)
+                feats[row], labels[row] = row_f, lab
         f_all = np.concatenate(feats) if feats else np.zeros((0, target.feature_size), np.float16)
         l_all = np.concatenate(labels) if labels else np.zeros(0, np.int32)
         for suffix, array in ((".npy", f_all), (".labels.npy", l_all)):
