@@ -393,7 +393,7 @@ class Drafter(nn.Module):
         """The memories' training inputs for a batch of sequences at once (a recurrent scan runs
         once for the batch): features (B, T, K*H), anchors (B, A) -> [sequence][layer] inputs
         for `forward_train(..., mem_inputs=)`."""
-        c = self.fuse_norm(self.fuse(features))  # (B, T, d)
+        c = self.fuse_norm(self.fuse(features[:, :max(1, int(anchors.max()))]))  # (B, T, d): none past the last anchor
         per_layer = [layer.mem.states_batch(c, anchors, self.cfg.memory_history) for layer in self.layers]
         return [list(seq) for seq in zip(*per_layer)]
 
@@ -409,20 +409,26 @@ class Drafter(nn.Module):
         normalised slot states (A, 7, d) instead, for `head` to apply in chunks), confidence (A, 7) or None.
         """
         cfg = self.cfg
-        t = features.shape[0]
-        c = self.fused(features)  # (T, d)
+        t = max(1, int(anchors.max()))  # features 0..a-1 are all an anchor reads: none past the last
+        c = self.fused(features[:t])  # (T, d)
         cos_c, sin_c = self.rotary(torch.arange(t, device=features.device))
         slot_pos = anchors[:, None] + torch.arange(cfg.slots, device=features.device)  # (A, S)
         cos, sin = self.rotary(slot_pos.flatten())
         cos, sin = cos.unflatten(0, slot_pos.shape)[:, None], sin.unflatten(0, slot_pos.shape)[:, None]
-        pos = torch.arange(t, device=features.device)
-        ctx = pos[None, :] < anchors[:, None]  # (A, T)
-        if cfg.window != "full":
-            ctx = ctx & (pos[None, :] >= anchors[:, None] - cfg.window)
-        ctx_mask = ctx[:, None, :].expand(-1, cfg.slots, -1)  # (A, S, T)
+        if cfg.window == "full":
+            pos = torch.arange(t, device=features.device)
+            ctx_mask = (pos[None, :] < anchors[:, None])[:, None, :].expand(-1, cfg.slots, -1)  # (A, S, T)
+            window = None
+        else:  # each anchor's own window of positions a-W..a-1 (those before 0 masked), not all T of them
+            w = min(cfg.window, t)
+            window = anchors[:, None] - w + torch.arange(w, device=features.device)  # (A, W)
+            ctx_mask = (window >= 0)[:, None, :].expand(-1, cfg.slots, -1)  # (A, S, W)
+            window = window.clamp(min=0)
         h = self.slot_inputs(tokens[anchors], lookup)  # (A, S, d)
         for i, layer in enumerate(self.layers):
             k_ctx, v_ctx = layer.kv_heads(c[None], cos_c, sin_c)  # (1, kvh, T, hd)
+            if window is not None:  # -> (A, kvh, W, hd)
+                k_ctx, v_ctx = k_ctx[0][:, window].transpose(0, 1), v_ctx[0][:, window].transpose(0, 1)
             read = None
             if layer.mem is not None:
                 inputs = (mem_inputs[i] if mem_inputs is not None

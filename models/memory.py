@@ -163,6 +163,7 @@ class Mamba2(Memory):
 
     def states_at(self, c, anchors, history=None):
         """Inputs of the quadratic read for anchors (A,): contributions of every t < a (and t >= a-history)."""
+        c = c[:max(1, int(anchors.max()))]  # none past the last anchor's (the convolution is causal)
         conv_out, rest = self.train_inputs(c)
         x, B, dt = self.split(conv_out, rest)  # (T, h, P), (T, N), (T, h)
         cum = torch.cumsum((dt * -torch.exp(self.A_log)).double(), 0)  # (T, h) inclusive, fp64
