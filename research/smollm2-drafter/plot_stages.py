@@ -24,7 +24,7 @@ STAGES = {
     "11": ("chat_bench_smollm2_candidate_asks-all.json", "smol-hf-fp32-asks-all", True),
     "12": ("chat_bench_smollm2_candidate_longer.json", "smol-hf-fp32-longer", False),
     "13": ("chat_bench_smollm2_candidate_asks2.json", "smol-hf-fp32-asks2", False),
-    "14": ("chat_bench_smollm2_candidate_gamma2.json", "smol-hf-fp32-gamma2", False),
+    "14": ("chat_bench_smollm2_candidate_gamma2.json", "smol-hf-fp32-gamma2", True),
 }
 
 
