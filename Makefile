@@ -3,6 +3,8 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+# the tests: a worker per core (pytest-xdist, at most 4), a file at a time; `make test WORKERS=` runs one process
+WORKERS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test test-slow install runner runner-arm64 clean lint
 
@@ -28,10 +30,10 @@ runner: $(STAMP)
 	cmake --build build/runtime_cpp -j2
 
 test: $(STAMP) runner
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(WORKERS)
 
 test-slow: $(STAMP) runner
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow $(WORKERS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

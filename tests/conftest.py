@@ -33,16 +33,38 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "runtime_cpp"
 
 
+def shared_folder(tmp_path_factory) -> Path:
+    """A temporary folder every process of this test run sees: under pytest-xdist (`make test` runs a worker
+    per core) the workers' common parent, else the run's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """`make(folder)` run once per test run, whichever worker asks first; the others wait for it and reuse
+    its folder (which no test changes: tests that change an export copy it first)."""
+    from filelock import FileLock
+
+    folder, done = shared_folder(tmp_path_factory) / name, shared_folder(tmp_path_factory) / f"{name}.made"
+    with FileLock(f"{folder}.lock"):
+        if not done.exists():
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
-def runner():
-    """The runner, built (incrementally) as `make runner` builds it."""
+def runner(tmp_path_factory):
+    """The runner, built (incrementally) as `make runner` builds it, one worker at a time."""
     import executorch
+    from filelock import FileLock
 
     root = list(executorch.__path__)[0]
-    if not (BUILD / "CMakeCache.txt").is_file():
-        subprocess.run(["cmake", "-S", str(ROOT / "runtime_cpp"), "-B", str(BUILD), f"-DEXECUTORCH_ROOT={root}"],
-                       check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(BUILD), "-j2"], check=True, capture_output=True)
+    with FileLock(shared_folder(tmp_path_factory) / "runner.lock"):
+        if not (BUILD / "CMakeCache.txt").is_file():
+            subprocess.run(["cmake", "-S", str(ROOT / "runtime_cpp"), "-B", str(BUILD), f"-DEXECUTORCH_ROOT={root}"],
+                           check=True, capture_output=True)
+        subprocess.run(["cmake", "--build", str(BUILD), "-j2"], check=True, capture_output=True)
     return BUILD / "hyflash-run"
 
 
@@ -84,25 +106,35 @@ def qwen3_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def both_formats(qwen3_dir, tmp_path_factory):
-    """The one export in the fast suite that lowers to .pte too (random mamba2 drafter). Its .pte is lowered
-    the way a large target's is, in a spawned process that loads the models itself, so every ExecuTorch test
-    runs on a program made by that path (`test_pte_lowered_in_its_own_process_is_the_same_program`, slow,
-    checks it is byte for byte the in-process one; lowering twice would cost the fast suite 90 s)."""
+    """The one export in the fast suite that lowers to .pte too (random mamba2 drafter), made once per test
+    run (most test files read it). Its .pte is lowered the way a large target's is, in a spawned process that
+    loads the models itself, so every ExecuTorch test runs on a program made by that path
+    (`test_pte_lowered_in_its_own_process_is_the_same_program`, slow, checks it is byte for byte the
+    in-process one; lowering twice would cost the fast suite 90 s)."""
     from hyflash.export import pipeline
 
-    limit, lower_apart, apart = pipeline.PTE_OWN_PROCESS_PARAMS, pipeline._pte_in_own_process, []
+    def make(out):
+        limit, lower_apart, apart = pipeline.PTE_OWN_PROCESS_PARAMS, pipeline._pte_in_own_process, []
 
-    def counted(*args):
-        apart.append(args)
-        return lower_apart(*args)
+        def counted(*args):
+            apart.append(args)
+            return lower_apart(*args)
 
-    pipeline.PTE_OWN_PROCESS_PARAMS, pipeline._pte_in_own_process = 0, counted
-    try:
-        out = export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("exp") / "both", "both")
-    finally:
-        pipeline.PTE_OWN_PROCESS_PARAMS, pipeline._pte_in_own_process = limit, lower_apart
-    assert len(apart) == 1  # the .pte really came from the spawned process
-    return out
+        pipeline.PTE_OWN_PROCESS_PARAMS, pipeline._pte_in_own_process = 0, counted
+        try:
+            export_folder(qwen3_dir, "random", out, "both")
+        finally:
+            pipeline.PTE_OWN_PROCESS_PARAMS, pipeline._pte_in_own_process = limit, lower_apart
+        assert len(apart) == 1  # the .pte really came from the spawned process
+    return made_once(tmp_path_factory, "both-formats", make)
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist a worker takes a file at a time, in this order: the first file that needs the shared
+    export goes first, so one worker makes it while the other runs the files that do not need it."""
+    needs = {item.path for item in items if "both_formats" in item.fixturenames}
+    first = next((item.path for item in items if item.path in needs), None)
+    items.sort(key=lambda item: 0 if item.path == first else 2 if item.path in needs else 1)
 
 
 @pytest.fixture(scope="session")
