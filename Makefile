@@ -33,7 +33,7 @@ test: $(STAMP) runner
 	$(BIN)/python -m pytest -q $(WORKERS)
 
 test-slow: $(STAMP) runner
-	$(BIN)/python -m pytest -q -m slow $(WORKERS)
+	$(BIN)/python -m pytest -q -m slow
 
 clean:
 	rm -rf $(VENV) build *.egg-info
