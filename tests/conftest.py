@@ -129,10 +129,16 @@ def both_formats(qwen3_dir, tmp_path_factory):
     return made_once(tmp_path_factory, "both-formats", make)
 
 
+def _reads_both_formats(item) -> bool:
+    """The test asks for the shared export, by name or as a parameter it looks up."""
+    params = item.callspec.params.values() if hasattr(item, "callspec") else ()
+    return "both_formats" in item.fixturenames or any(p == "both_formats" for p in params)
+
+
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist a worker takes a file at a time, in this order: the first file that needs the shared
     export goes first, so one worker makes it while the other runs the files that do not need it."""
-    needs = {item.path for item in items if "both_formats" in item.fixturenames}
+    needs = {item.path for item in items if _reads_both_formats(item)}
     first = next((item.path for item in items if item.path in needs), None)
     items.sort(key=lambda item: 0 if item.path == first else 2 if item.path in needs else 1)
 
@@ -159,8 +165,9 @@ def int4_embeddings_pte(qwen3_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def fp16_onnx(qwen3_dir, tmp_path_factory):
-    """The tiny Qwen3 with a random drafter exported in fp16, ONNX only (the fast suite)."""
-    return export_folder(qwen3_dir, "random", tmp_path_factory.mktemp("fp16") / "onnx", "onnx", "--dtype", "fp16")
+    """The tiny Qwen3 with a random drafter exported in fp16, ONNX only (the fast suite; made once per run)."""
+    return made_once(tmp_path_factory, "fp16-onnx",
+                     lambda out: export_folder(qwen3_dir, "random", out, "onnx", "--dtype", "fp16"))
 
 
 @pytest.fixture(scope="session")
