@@ -132,7 +132,7 @@ def both_formats(qwen3_dir, tmp_path_factory):
 def _reads_both_formats(item) -> bool:
     """The test asks for the shared export, by name or as a parameter it looks up."""
     params = item.callspec.params.values() if hasattr(item, "callspec") else ()
-    return "both_formats" in item.fixturenames or any(p == "both_formats" for p in params)
+    return "both_formats" in item.fixturenames or "both_formats" in (p for p in params if isinstance(p, str))
 
 
 def pytest_collection_modifyitems(items):
