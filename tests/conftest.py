@@ -45,26 +45,27 @@ def made_once(tmp_path_factory, name: str, make) -> Path:
     its folder (which no test changes: tests that change an export copy it first)."""
     from filelock import FileLock
 
-    folder, done = shared_folder(tmp_path_factory) / name, shared_folder(tmp_path_factory) / f"{name}.made"
+    folder = shared_folder(tmp_path_factory) / name
     with FileLock(f"{folder}.lock"):
-        if not done.exists():
+        if not Path(f"{folder}.made").exists():
             make(folder)
-            done.touch()
+            Path(f"{folder}.made").touch()
     return folder
+
+
+def _build_runner(_folder) -> None:
+    import executorch
+
+    if not (BUILD / "CMakeCache.txt").is_file():
+        subprocess.run(["cmake", "-S", str(ROOT / "runtime_cpp"), "-B", str(BUILD),
+                        f"-DEXECUTORCH_ROOT={list(executorch.__path__)[0]}"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(BUILD), "-j2"], check=True, capture_output=True)
 
 
 @pytest.fixture(scope="session")
 def runner(tmp_path_factory):
-    """The runner, built (incrementally) as `make runner` builds it, one worker at a time."""
-    import executorch
-    from filelock import FileLock
-
-    root = list(executorch.__path__)[0]
-    with FileLock(shared_folder(tmp_path_factory) / "runner.lock"):
-        if not (BUILD / "CMakeCache.txt").is_file():
-            subprocess.run(["cmake", "-S", str(ROOT / "runtime_cpp"), "-B", str(BUILD), f"-DEXECUTORCH_ROOT={root}"],
-                           check=True, capture_output=True)
-        subprocess.run(["cmake", "--build", str(BUILD), "-j2"], check=True, capture_output=True)
+    """The runner, built (incrementally) as `make runner` builds it, once per test run."""
+    made_once(tmp_path_factory, "runner", _build_runner)
     return BUILD / "hyflash-run"
 
 
