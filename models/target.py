@@ -187,6 +187,18 @@ class Target(nn.Module):
                 feats.append(x)
         return self.norm(x), torch.cat(feats, dim=-1)
 
+    def after_taps(self, features: torch.Tensor) -> torch.Tensor:
+        """features (B, T, K*H) as `trunk` gives them, each row from position 0 -> the final normalised
+        hidden states (B, T, H): the layers after the last tap, run on its states (so a feature cache gives
+        the target's full distribution at the cost of those layers alone)."""
+        last = max(self.taps)  # trunk appends taps in layer order: the last tap is the last H columns
+        x = features[..., -self.cfg.hidden_size:].to(self.norm.weight.dtype)
+        cos, sin = self.rotary(torch.arange(x.shape[1], device=x.device))
+        for layer in self.layers[last + 1:]:
+            q, k, v = layer.project(x, cos, sin)
+            x = layer.finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+        return self.norm(x)
+
     def step(self, tokens, positions, n_valid, k_cache, v_cache):
         """The export form (target_prefill / target_verify / target_decode).
 

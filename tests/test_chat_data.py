@@ -255,6 +255,48 @@ def test_feature_cache_gives_the_loss_of_the_target_in_the_loop(conversations):
     assert m_cached["tau"].item() == pytest.approx(m_live["tau"].item(), abs=1e-6)
 
 
+@pytest.mark.parametrize("draft_vocab", [0, 40])
+def test_soft_labels_are_the_targets_distribution_at_each_slots_position(conversations, draft_vocab):
+    """--soft-labels: slot k's soft label is the target's distribution after position a+k-1, read from the
+    feature cache (the layers after the last tap), renormalised over the draft vocabulary; its cross-entropy
+    equals one from the target run live on the rows, whose argmax is the slot's hard label; the hard
+    cross-entropy is unchanged, and the loss mixes the two by the share."""
+    from hyflash.models.drafter import Drafter, DrafterConfig
+    from hyflash.train.cached import ConversationRows
+    from hyflash.train.drafter import Distill
+
+    folder, model = conversations
+    rows = ConversationRows(folder, features=True).rows(ConversationRows(folder, features=True).train_ids[:6])
+    torch.manual_seed(0)
+    drafter = Drafter.for_target(model, DrafterConfig.for_target(model, window=16, draft_vocab=draft_vocab))
+    if draft_vocab:
+        drafter.d2t.copy_(torch.randperm(model.cfg.vocab_size)[:draft_vocab])
+    args = [torch.from_numpy(x) for x in (rows.tokens, rows.anchorable, rows.features, rows.labels)]
+    figures = {}
+    with torch.no_grad():
+        for share in (0.0, 0.5, 1.0):
+            loss, metrics = Distill(drafter, model, anchors=6, soft=share)(*args)
+            figures[share] = loss.item(), {k: v.item() for k, v in metrics.items()}
+        distill = Distill(drafter, model, anchors=6)
+        logits, _ = model(args[0])  # the target run live, not the cache
+        ref, checked = [], 0
+        for b, (a, labels, states, prev, _, copy) in enumerate(distill.predict(args[0], args[1])):
+            pos = a[:, None] + torch.arange(labels.shape[1])
+            p = torch.softmax(logits[b][pos][..., drafter.d2t] if draft_vocab else logits[b][pos], -1)
+            q = torch.log_softmax(drafter.head(states, prev, copy), -1)
+            ref.append((-(p * q).sum(-1) * distill.slot_weight).sum(-1).mean())
+            inside = drafter.head_index(labels) >= 0
+            assert torch.equal(drafter.target_ids(p.argmax(-1))[inside], labels[inside])
+            checked += int(inside.sum())
+    assert checked > 0
+    plain, (half_loss, half), (_, whole) = figures[0.0][1], figures[0.5], figures[1.0]
+    assert "soft_ce" not in plain and plain["ce"] == half["ce"] == whole["ce"]
+    assert whole["soft_ce"] == pytest.approx(torch.stack(ref).mean().item(), rel=1e-3)  # fp16 features
+    assert half_loss == pytest.approx(0.5 * half["ce"] + 0.5 * half["soft_ce"] + 0.1 * half["conf_bce"], rel=1e-6)
+    with pytest.raises(ValueError, match="feature cache"):
+        Distill(drafter, model, anchors=6, soft=0.5)(*args[:2])
+
+
 def test_answer_horizon_keeps_the_anchors_of_each_answers_first_tokens():
     """--answer-horizon N: of the anchors an answer allows (all 7 labels the target's), only those whose first
     label is among the answer's first N tokens, in each turn's answer alike."""
@@ -384,9 +426,15 @@ def test_train_drafter_reads_the_cache_and_refuses_rows_it_does_not_hold(convers
             "--batch", "2", "--anchors", "4", "--eval-every", "1", "--eval-rows", "1", "--device", "cpu"]
     assert main([*args, "--out", str(tmp_path / "d"), "--distant-repeats", "0.5"]) == 2
     assert "--no-feature-cache" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "d"), "--soft-labels", "0.5", "--no-feature-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "--soft-labels" in err and err.count("\n") == 1 and not (tmp_path / "d").exists()
+    assert main([*args, "--out", str(tmp_path / "soft"), "--soft-labels", "0.5"]) == 0
+    assert json.loads((tmp_path / "soft" / "run_config.json").read_text())["soft_labels"] == 0.5
+    assert all("soft_ce" in json.loads(line) for line in (tmp_path / "soft" / "log.jsonl").read_text().splitlines())
     assert main([*args, "--out", str(tmp_path / "d")]) == 0
     log = [json.loads(line) for line in (tmp_path / "d" / "log.jsonl").read_text().splitlines()]
-    assert any("tau" in rec for rec in log)
+    assert any("tau" in rec for rec in log) and not any("soft_ce" in rec for rec in log)
     # hybrid's constants from the same folder: rounds at anchors inside greedy conversations' answers
     capsys.readouterr()
     assert main(["calibrate", "--drafter", str(tmp_path / "d" / "model"), "--target", str(target_dir), "--data",

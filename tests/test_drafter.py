@@ -254,7 +254,8 @@ def test_config_rejects_bad_values():
 
 def test_chunked_head_loss_equals_the_whole_vocabulary_at_once(monkeypatch):
     """At a large vocabulary the loss runs a few rows at a time (logits recomputed in backward): the same
-    losses, guesses and gradients as all rows at once; and labels only where they are needed."""
+    losses (hard and soft labels), guesses and gradients as all rows at once; and labels only where they are
+    needed."""
     from hyflash.train import drafter as d
 
     drafter = tiny_drafter()
@@ -263,12 +264,14 @@ def test_chunked_head_loss_equals_the_whole_vocabulary_at_once(monkeypatch):
     prev = torch.randint(0, drafter.cfg.vocab_size, (50,), generator=g)
     labels = torch.randint(0, drafter.cfg.vocab_size, (50,), generator=g)
 
+    teacher = torch.softmax(torch.randn(50, drafter.cfg.vocab_size, generator=g), -1)
+
     def run():
         drafter.zero_grad()
         x = states.clone().requires_grad_(True)
-        ce, guess = d.chunked_head_loss(drafter, x, prev, labels)
-        ce.sum().backward()
-        return ce.detach(), guess, x.grad, drafter.markov_out.weight.grad.clone()
+        ce, guess, soft = d.chunked_head_loss(drafter, x, prev, labels, teacher=teacher)
+        (ce + soft).sum().backward()
+        return ce.detach(), guess, soft.detach(), x.grad, drafter.markov_out.weight.grad.clone()
     whole = run()
     monkeypatch.setattr(d, "LOGIT_BUDGET", 7 * drafter.cfg.vocab_size)  # 7 rows per chunk
     chunked = run()
@@ -276,3 +279,19 @@ def test_chunked_head_loss_equals_the_whole_vocabulary_at_once(monkeypatch):
         assert torch.allclose(a.float(), b.float(), atol=1e-6)
     hidden = torch.randn(3, 11, drafter.cfg.hidden_size, generator=g)
     assert torch.equal(d.chunked_argmax(hidden, drafter.lm_head), (hidden @ drafter.lm_head.t()).argmax(-1))
+
+
+@pytest.mark.parametrize("taps", [None, (0, 1)])
+def test_the_layers_after_the_last_tap_give_the_targets_final_states(taps):
+    """`Target.after_taps` on the features `trunk` returns gives `trunk`'s final normalised states: what a
+    feature cache holds is the target's whole distribution at every position (soft labels read it so)."""
+    target = tiny_target()
+    if taps is not None:
+        target.taps = taps  # two layers after the last tap
+    assert max(target.taps) < target.cfg.num_layers - 1
+    tokens = torch.randint(0, V, (3, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        hidden, features = target.trunk(tokens)
+        tail = target.after_taps(features)
+    assert torch.allclose(tail, hidden, atol=1e-5)
+    assert torch.equal(target.lm_head(tail).argmax(-1), target.lm_head(hidden).argmax(-1))

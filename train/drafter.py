@@ -4,7 +4,10 @@ For each training sequence the target runs once (no grad) and gives the features
 next-token choices; anchors are sampled where a row allows them (the response part of regenerated
 text, assistant turns of chat; `train/batches.py`); slot k of anchor a learns the target's choice for
 position a+k with weight exp(-(k-1)/gamma) (`SLOT_GAMMA` unless told). With the confidence head on, it
-learns whether the drafter's greedy chain is still right at slot k (binary cross-entropy).
+learns whether the drafter's greedy chain is still right at slot k (binary cross-entropy). With soft labels
+(`soft` > 0, from a feature cache) a slot's loss mixes in the cross-entropy against the target's whole
+distribution over the draft vocabulary at that position, the target's layers after its last tap run on the
+cached features (`Target.after_taps`).
 """
 
 from __future__ import annotations
@@ -28,28 +31,42 @@ SLOT_GAMMA = 4.0  # slot k's loss weighs exp(-(k-1)/SLOT_GAMMA)
 
 
 def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor, labels: torch.Tensor,
-                      copy: tuple[torch.Tensor, torch.Tensor] | None = None):
+                      copy: tuple[torch.Tensor, torch.Tensor] | None = None, teacher: torch.Tensor | None = None,
+                      soft: float = 0.0):
     """Cross-entropy and argmax (as target ids) of `drafter.head(states, prev, copy)` for (N, d) states and
     target-id labels (copy: (N,) lookup tokens and their copy logits, `lookup_input`): at a large vocabulary
-    a chunk of rows at a time, each chunk's logits recomputed in backward instead of kept."""
+    a chunk of rows at a time, each chunk's logits recomputed in backward instead of kept. teacher: (N, N_head)
+    the target's distribution over the head's tokens at the labels' positions (`teacher_probs`); with it a
+    third result, the cross-entropy against it (soft labels)."""
     rows = max(1, LOGIT_BUDGET // drafter.cfg.vocab_size)
     if len(states) <= rows:
-        return _head_loss(drafter, states, prev, labels, copy)
+        return _head_loss(drafter, states, prev, labels, copy, teacher)
     parts = [checkpoint(_head_loss, drafter, states[i:i + rows], prev[i:i + rows], labels[i:i + rows],
-                        copy and (copy[0][i:i + rows], copy[1][i:i + rows]), use_reentrant=False)
+                        copy and (copy[0][i:i + rows], copy[1][i:i + rows]),
+                        None if teacher is None else teacher[i:i + rows], use_reentrant=False)
              for i in range(0, len(states), rows)]
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    return tuple(torch.cat([p[j] for p in parts]) for j in range(len(parts[0])))
 
 
-def _head_loss(drafter: Drafter, states, prev, labels, copy=None):
-    """labels: target ids; with a draft vocabulary a label outside it has no loss (it cannot be drafted)."""
+def _head_loss(drafter: Drafter, states, prev, labels, copy=None, teacher=None):
+    """labels: target ids; with a draft vocabulary a label outside it has no hard loss (it cannot be drafted)."""
     logits = drafter.head(states, prev, copy).float()
     if drafter.cfg.draft_vocab:
         index = torch.full((drafter.cfg.vocab_size,), -100, dtype=torch.long, device=labels.device)
         index[drafter.d2t] = torch.arange(drafter.cfg.draft_vocab, device=labels.device)
         labels = index[labels]
     ce = F.cross_entropy(logits, labels, reduction="none", ignore_index=-100)
-    return ce, drafter.target_ids(logits.argmax(-1))
+    guess = drafter.target_ids(logits.argmax(-1))
+    if teacher is None:
+        return ce, guess
+    return ce, guess, -(teacher * torch.log_softmax(logits, dim=-1)).sum(-1)
+
+
+@torch.no_grad()
+def teacher_probs(drafter: Drafter, final: torch.Tensor) -> torch.Tensor:
+    """(N, d) the target's final normalised hidden states -> (N, N_head) its distribution renormalised over the
+    tokens the drafter's head can draft (all of them without a draft vocabulary), in float32."""
+    return torch.softmax(F.linear(final, drafter.head_weight).float(), dim=-1)
 
 
 def draw_anchors(tokens: torch.Tensor, anchorable: torch.Tensor, block: int, anchors: int) -> torch.Tensor:
@@ -72,11 +89,14 @@ def draw_anchors(tokens: torch.Tensor, anchorable: torch.Tensor, block: int, anc
 class Distill(nn.Module):
     """drafter + frozen target; forward(tokens (B, T), anchorable (B, T)) -> (loss, metrics). DDP wraps this."""
 
-    def __init__(self, drafter: Drafter, target: Target, anchors: int, gamma: float = SLOT_GAMMA):
+    def __init__(self, drafter: Drafter, target: Target, anchors: int, gamma: float = SLOT_GAMMA, soft: float = 0.0):
         super().__init__()
+        if not 0 <= soft <= 1:
+            raise ValueError(f"soft labels' share must be in [0, 1], got {soft}")
         self.drafter = drafter
         self.target = [target.eval().requires_grad_(False)]  # a list: not a submodule, never trained
         self.anchors = anchors
+        self.soft = soft
         k = torch.arange(drafter.cfg.block, dtype=torch.float32)
         self.register_buffer("slot_weight", torch.exp(-k / gamma) / torch.exp(-k / gamma).sum(), persistent=False)
 
@@ -119,19 +139,37 @@ class Distill(nn.Module):
 
     def forward(self, tokens: torch.Tensor, anchorable: torch.Tensor, features: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None):
-        losses, confs, hits = [], [], []
-        for _, labels, states, prev, conf, copy in self.predict(tokens, anchorable, features, labels):
-            ce, guess = chunked_head_loss(self.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
-                                          tuple(x.flatten() for x in copy) if copy is not None else None)
+        final = None
+        if self.soft > 0:
+            if features is None:
+                raise ValueError("soft labels read the target's distribution from a feature cache; train on "
+                                 "conversations with their feature cache")
+            with torch.no_grad():
+                final = self.target[0].after_taps(features.to(self.slot_weight.device))  # (B, T, d)
+        hard, softs, confs, hits = [], [], [], []
+        for b, (a, labels, states, prev, conf, copy) in enumerate(self.predict(tokens, anchorable, features, labels)):
+            teacher = None
+            if final is not None:  # slot k's label is the target's choice after position a+k-1
+                teacher = teacher_probs(self.drafter, final[b][(a[:, None] + torch.arange(labels.shape[1],
+                                                                                          device=a.device)).flatten()])
+            ce, guess, *soft_ce = chunked_head_loss(
+                self.drafter, states.flatten(0, 1), prev.flatten(), labels.flatten(),
+                tuple(x.flatten() for x in copy) if copy is not None else None, teacher)
             ce, guess = ce.view_as(labels), guess.view_as(labels)  # guess: target ids
-            losses.append((ce * self.slot_weight).sum(-1).mean())
+            hard.append((ce * self.slot_weight).sum(-1).mean())
+            if soft_ce:
+                softs.append((soft_ce[0].view_as(labels) * self.slot_weight).sum(-1).mean())
             correct = (guess == labels).float().cumprod(-1)  # greedy chain still right at slot k
             hits.append(correct)
             if conf is not None:
                 with torch.autocast(conf.device.type, enabled=False):  # BCE is unsafe under autocast
                     confs.append(F.binary_cross_entropy(conf.float().clamp(1e-6, 1 - 1e-6), correct))
-        loss = torch.stack(losses).mean()
+        loss = torch.stack(hard).mean()
         metrics = {"ce": loss.detach(), "tau": 1 + torch.cat(hits).sum(-1).mean()}
+        if softs:
+            soft_ce = torch.stack(softs).mean()
+            metrics["soft_ce"] = soft_ce.detach()
+            loss = (1 - self.soft) * loss + self.soft * soft_ce
         if confs:
             metrics["conf_bce"] = torch.stack(confs).mean().detach()
             loss = loss + 0.1 * torch.stack(confs).mean()
@@ -140,14 +178,16 @@ class Distill(nn.Module):
 
 def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: TrainConfig, anchors: int = 48,
                   eval_every: int | None = None, eval_rows: int = 16, run_config: dict | None = None,
-                  init_from: Path | None = None, add_lookup_input: bool = False, gamma: float | None = None) -> Path:
+                  init_from: Path | None = None, add_lookup_input: bool = False, gamma: float | None = None,
+                  soft: float = 0.0) -> Path:
     """`data`: rows to train on (`hyflash.train.batches.open_rows`); every `eval_every` steps the log
     gets the held-out tau, cross-entropy and walked tau on `eval_rows` fixed held-out rows (`heldout_tau`,
     `heldout_walked_tau`: `walked_tau`).
     `init_from`: continue from that drafter folder's weights and config (`drafter_cfg` None); the run's
     own schedule (warm-up, cosine decay) starts afresh; `add_lookup_input` gives it prompt-lookup's block as an
     input (new weights at zero: it starts drafting exactly as the folder's). `gamma`: the slots' loss weights
-    (`Distill`; None: `SLOT_GAMMA`); a run given them records them in its run config."""
+    (`Distill`; None: `SLOT_GAMMA`); a run given them records them in its run config, as one given `soft` (the
+    soft labels' share of the loss, `Distill`) does."""
     torch.manual_seed(cfg.seed)  # the same initial weights in every process and every rerun
     device = pick_device(cfg.device)  # the target first: the drafter uses its tables in place
     target.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -158,9 +198,11 @@ def train_drafter(target: Target, drafter_cfg: DrafterConfig | None, data, cfg: 
                       **({"added": "lookup_input"} if add_lookup_input else {})}
     else:
         drafter = _fresh_drafter(target, drafter_cfg, data)
-    model = Distill(drafter, target, anchors, gamma or SLOT_GAMMA)
+    model = Distill(drafter, target, anchors, gamma or SLOT_GAMMA, soft)
     if gamma is not None:  # runs with the default weights keep the run config they were started with
         run_config = {**(run_config or {}), "slot_gamma": gamma}
+    if soft:
+        run_config = {**(run_config or {}), "soft_labels": soft}
 
     held = data.heldout(eval_rows) if eval_every else None
 

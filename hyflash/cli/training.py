@@ -99,6 +99,9 @@ def cmd_train_drafter(args) -> int:
     if cached and rows.config.get("taps") != list(target.taps):
         raise CliError(f"{' '.join(map(str, args.data))}: its features are of taps {rows.config.get('taps')}, this "
                        f"target's drafter reads taps {list(target.taps)}; run `hyflash cache-features` for them")
+    if args.soft_labels and not cached:
+        raise CliError("--soft-labels reads the target's distribution from a feature cache: train on regenerated "
+                       "conversations with their cache (leave out --no-feature-cache)")
     if args.distant_repeats is not None:
         if cached:
             raise CliError("--distant-repeats makes rows the feature cache does not hold; add --no-feature-cache")
@@ -113,7 +116,7 @@ def cmd_train_drafter(args) -> int:
                                        draft_vocab=args.draft_vocab, lookup_input=args.lookup_input)
     dest = train_drafter(target, cfg, rows, train_cfg, args.anchors, args.eval_every, args.eval_rows,
                          {"target": str(folder), "target_sha256": weights_sha256(folder), "seq_len": rows.seq_len},
-                         init_from, add_lookup_input, args.slot_gamma)
+                         init_from, add_lookup_input, args.slot_gamma, args.soft_labels or 0.0)
     if is_writer():
         print(f"wrote {dest}")
     return 0
@@ -308,6 +311,9 @@ def _train_drafter_parser(sub) -> None:
     p.add_argument("--slot-gamma", type=positive(float), default=None, metavar="G",
                    help="slot k's loss weighs exp(-(k-1)/G) (default 4); a smaller G puts the weight on the first "
                         "slots, which every accepted draft needs")
+    p.add_argument("--soft-labels", type=share, default=None, metavar="SHARE",
+                   help="this share of each slot's loss is the cross-entropy against the target's whole distribution "
+                        "over the draft vocabulary, the rest against its choice (default 0; needs the feature cache)")
     p.add_argument("--eval-every", type=positive(), default=100, help="held-out tau every K steps (in the log)")
     p.add_argument("--eval-rows", type=positive(), default=16, help="held-out rows the tau is measured on")
     _add_train_flags(p, steps=600, batch=4, lr=1e-3)

@@ -13,6 +13,7 @@
 # Both chat sets at once: DATA="data/chat/smollm2-regen data/chat/smollm2-regen-prose".
 # HORIZON=N anchors only in each answer's first N tokens (the chat bench stops at 128 new tokens).
 # GAMMA=G weighs slot k's loss exp(-(k-1)/G) (train-drafter's default 4).
+# SOFT=S puts share S of each slot's loss on the target's whole distribution (soft labels, from the cache).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -27,7 +28,8 @@ arch=(--draft-vocab "$VOCAB")
 common=(--target smollm2-135m-instruct --data "${data[@]}" --steps "$STEPS" --batch 4
         --anchors 48 --lr "${LR:-1e-3}" --warmup "${WARMUP:-100}" --eval-every 100 --eval-rows 16
         --checkpoint-every 50 --threads "${THREADS:-2}" --device "${DEVICE:-cpu}" $stop $init
-        ${NO_CACHE:+--no-feature-cache} ${LOOKUP:+--lookup-input} ${HORIZON:+--answer-horizon $HORIZON} ${GAMMA:+--slot-gamma $GAMMA})
+        ${NO_CACHE:+--no-feature-cache} ${LOOKUP:+--lookup-input} ${HORIZON:+--answer-horizon $HORIZON} ${GAMMA:+--slot-gamma $GAMMA}
+        ${SOFT:+--soft-labels $SOFT})
 for name in $WHICH; do
   case $name in
     hyflash) if [ -n "${INIT_FROM:-}" ]; then  # the architecture comes with the weights
