@@ -31,8 +31,7 @@ SLOT_GAMMA = 4.0  # slot k's loss weighs exp(-(k-1)/SLOT_GAMMA)
 
 
 def chunked_head_loss(drafter: Drafter, states: torch.Tensor, prev: torch.Tensor, labels: torch.Tensor,
-                      copy: tuple[torch.Tensor, torch.Tensor] | None = None, teacher: torch.Tensor | None = None,
-                      soft: float = 0.0):
+                      copy: tuple[torch.Tensor, torch.Tensor] | None = None, teacher: torch.Tensor | None = None):
     """Cross-entropy and argmax (as target ids) of `drafter.head(states, prev, copy)` for (N, d) states and
     target-id labels (copy: (N,) lookup tokens and their copy logits, `lookup_input`): at a large vocabulary
     a chunk of rows at a time, each chunk's logits recomputed in backward instead of kept. teacher: (N, N_head)

@@ -2,6 +2,9 @@
 by step, one line per run, and a summary per run (steps, wall time, sequence tokens read, last held-out tau).
 
   .venv/bin/python research/smollm2-drafter/plot_training.py LABEL=LOG.jsonl ... --out PNG [--summary JSON]
+
+--loss ce plots the hard-label cross-entropy instead of the loss (runs with other objectives, e.g. soft labels,
+log their loss on another scale; every drafter run logs ce).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", help="LABEL=LOG.jsonl")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--summary", type=Path, default=None)
+    ap.add_argument("--loss", default="loss", help="the log's key for the left panel: loss (default) or ce")
     args = ap.parse_args()
     import matplotlib
 
@@ -46,7 +50,7 @@ def main() -> None:
         label, path = item.split("=", 1)
         log = read_log(Path(path))
         report[label] = summary(log)
-        steps, loss = np.array([r["step"] for r in log]), np.array([r["loss"] for r in log])
+        steps, loss = np.array([r["step"] for r in log]), np.array([r[args.loss] for r in log])
         smooth = np.convolve(loss, np.ones(25) / 25, mode="valid")
         loss_ax.plot(steps[24:], smooth, label=label)
         held = [r for r in log if "heldout_tau" in r]
@@ -55,7 +59,8 @@ def main() -> None:
         if walked:  # the same rows walked as the loop rounds: dashed, the run's colour
             tau_ax.plot([r["step"] for r in walked], [r["heldout_walked_tau"] for r in walked], marker="s", ls="--",
                         color=line.get_color(), label=f"{label}, walked")
-    loss_ax.set(xlabel="step", ylabel="training loss (25-step mean)", yscale="log", title="loss")
+    name = "training loss" if args.loss == "loss" else f"training {args.loss}"
+    loss_ax.set(xlabel="step", ylabel=f"{name} (25-step mean)", yscale="log", title=name)
     tau_ax.set(xlabel="step", ylabel="held-out tau (teacher-forced)",
                title="held-out tau (dashed: walked as the loop)")
     for ax in (loss_ax, tau_ax):
