@@ -149,6 +149,12 @@ def attention(q, k_ctx, v_ctx, k_new, v_new, ctx_mask, new_mask):
     return out.reshape(b, heads, n, hd)
 
 
+def _causal_layer(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """One decoder layer over whole rows (B, T, H), causal, no cache."""
+    q, k, v = layer.project(x, cos, sin)
+    return layer.finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+
+
 class Target(nn.Module):
     def __init__(self, cfg: TargetConfig, taps: tuple[int, ...] | None = None):
         super().__init__()
@@ -180,9 +186,7 @@ class Target(nn.Module):
         x = self.embed(tokens)
         feats = []
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.project(x, cos, sin)
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            x = layer.finish(x, attn)
+            x = _causal_layer(layer, x, cos, sin)
             if i in self.taps:
                 feats.append(x)
         return self.norm(x), torch.cat(feats, dim=-1)
@@ -195,8 +199,7 @@ class Target(nn.Module):
         x = features[..., -self.cfg.hidden_size:].to(self.norm.weight.dtype)
         cos, sin = self.rotary(torch.arange(x.shape[1], device=x.device))
         for layer in self.layers[last + 1:]:
-            q, k, v = layer.project(x, cos, sin)
-            x = layer.finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+            x = _causal_layer(layer, x, cos, sin)
         return self.norm(x)
 
     def step(self, tokens, positions, n_valid, k_cache, v_cache):

@@ -266,7 +266,8 @@ def test_soft_labels_are_the_targets_distribution_at_each_slots_position(convers
     from hyflash.train.drafter import Distill
 
     folder, model = conversations
-    rows = ConversationRows(folder, features=True).rows(ConversationRows(folder, features=True).train_ids[:6])
+    data = ConversationRows(folder, features=True)
+    rows = data.rows(data.train_ids[:6])
     torch.manual_seed(0)
     drafter = Drafter.for_target(model, DrafterConfig.for_target(model, window=16, draft_vocab=draft_vocab))
     if draft_vocab:
