@@ -11,7 +11,7 @@ output channel; 8da8w per channel. Raw JSON to research/int8-verify/results/xnnp
 `--vocab`: the vocabulary projection instead (576 -> 49,152, the int4 export's 8da4w LM head), its output the
 logits of every row; raw JSON to results/xnnpack_vocab_rows.json.
 
-    .venv/bin/python research/int8-verify/xnnpack_linear_rows.py [--vocab]
+    .venv/bin/python research/int8-verify/xnnpack_linear_rows.py [--vocab] [--out PATH]
 """
 
 from __future__ import annotations
@@ -103,10 +103,14 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vocab", action="store_true", help="the vocabulary projection instead of the layers' linears")
+    ap.add_argument("--out", type=Path, help="the JSON's path (default: results/xnnpack_{vocab,linear}_rows.json)")
     args = ap.parse_args()
     kind, out = (Vocab, RESULTS / "xnnpack_vocab_rows.json") if args.vocab else (Linears, RESULTS / "xnnpack_linear_rows.json")
+    out = args.out or out
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
     from executorch.runtime import Runtime
+
+    from hyflash.runtime_py.chatbench import machine
 
     _unsafe_reset_threadpool(THREADS)
     x = torch.randn(8, HIDDEN, generator=torch.Generator().manual_seed(1))
@@ -125,9 +129,9 @@ def main() -> None:
                          "max_abs_row_diff": float((block - alone).abs().max())})
             print(f"{scheme:>14}: 1 row {ms1:6.2f} ms, 8 rows {ms8:6.2f} ms ({ms8 / ms1:.2f}x), rows bit-equal "
                   f"{rows[-1]['rows_bit_equal']} (max diff {rows[-1]['max_abs_row_diff']:.1e})", flush=True)
-    out.parent.mkdir(exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     shapes = {"hidden": HIDDEN, "vocab": VOCAB} if args.vocab else {"hidden": HIDDEN, "kv": KV, "mlp": MLP}
-    out.write_text(json.dumps({"threads": THREADS, "repeats": REPEATS, "module": kind.__name__,
+    out.write_text(json.dumps({"machine": machine(THREADS), "threads": THREADS, "repeats": REPEATS, "module": kind.__name__,
                                **({} if args.vocab else {"layers": LAYERS}), "shapes": shapes, "rows": rows}, indent=1))
 
 
