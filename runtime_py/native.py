@@ -24,9 +24,9 @@ def run_native(folder: Path, prompt: list[int], max_new_tokens: int, draft: str 
                kernels: str = "hyflash", width: str | int = "full") -> dict:
     """One greedy generation by hyflash-run, built with `kernels` (the project's by default), drafting by `draft`
     (model, prompt-lookup or none), verifying `width` rows a round (full: 8; a verify width; rule: the width
-    rule on the export's costs-executorch.json): its JSON (tokens, rounds, tokens_per_s, pte_kernels, threads,
-    ...). A refusal (a runner built with other kernels among them) or a crash: ValueError with the runner's
-    first line."""
+    rule on the export's costs, hyflash-run's own costs-hyflash-run.json, else costs-executorch.json): its JSON
+    (tokens, rounds, tokens_per_s, pte_kernels, threads, ...). A refusal (a runner built with other kernels among
+    them) or a crash: ValueError with the runner's first line."""
     runner = runner or runner_path()
     if not runner.is_file():
         raise FileNotFoundError(f"{runner}: no hyflash-run; build it with `make runner` (or set HYFLASH_RUN)")

@@ -11,10 +11,12 @@ from test_runtime import _exact_second_token_distribution, _gof, generate
 from tokenizers import Tokenizer
 
 from hyflash.models.loading import load_target
+from hyflash.models.widths import CostCurve
 from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
 from hyflash.runtime_py.loop import Runtime
 from hyflash.runtime_py.manifest import verify_graph
 from hyflash.runtime_py.sampling import Sampling
+from hyflash.runtime_py.verifying import read_costs, write_costs
 
 
 def run(runner, folder, prompt, *flags):
@@ -104,6 +106,56 @@ def test_the_width_rule_picks_the_python_runtimes_widths(runner, both_formats, t
         assert c["rested_rounds"] > 0
     code, _, err = run(runner, both_formats, [4, 5, 6], "--width", "rule")  # no costs-executorch.json
     assert code != 0 and len(err.strip().splitlines()) == 1 and "--write-costs" in err
+
+
+def test_profile_writes_the_runners_own_costs_and_the_rule_reads_them(runner, both_formats, tmp_path):
+    """--profile times every call the loop makes at each committed length and prints the width rule's costs;
+    --write-costs writes them beside the export (costs-hyflash-run.json, the schema of `hyflash profile
+    --write-costs`), and --width rule then reads them before the Python runtime's costs-executorch.json: with
+    its own costs making the drafter dear it rests the drafter, as the Python runtime's rule does on those costs.
+    Bad input: one line, exit 2, nothing written."""
+    import test_widths
+
+    folder = test_widths._with_costs(both_formats, tmp_path, "executorch", test_widths.MIXED)
+    own = folder / "costs-hyflash-run.json"
+    out = subprocess.run([str(runner), str(folder), "--profile", "--contexts", "40,9", "--repeat", "3"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    assert not own.exists()  # printed only
+    curve = CostCurve.from_json(printed)
+    assert curve.lengths == (9, 40) and printed["backend"] == "hyflash-run" and printed["repeats"] == 3
+    for costs in curve.points:
+        assert set(costs.verify) == {1, 2, 4, 8} and min(costs.verify.values()) > 0
+        assert costs.draft > 0 and costs.commit > 0
+    out = subprocess.run([str(runner), str(folder), "--profile", "--contexts", "9", "--repeat", "2", "--write-costs"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "wrote" in out.stderr
+    assert read_costs(folder, "hyflash-run", (2, 4, 8)).lengths == (9,)
+    assert json.loads(own.read_text())["points"] == json.loads(out.stdout)["points"]
+
+    prompt = np.random.default_rng(5).integers(3, 96, 29).tolist()
+    write_costs(folder, "hyflash-run", CostCurve((1,), (test_widths.DEAR_DRAFTER,)), {})
+    dear = Runtime(test_widths._with_costs(both_formats, tmp_path / "dear", "executorch", test_widths.DEAR_DRAFTER),
+                   "executorch")
+    p = python_stats(dear, prompt, max_new_tokens=40, ignore_eos=True, width="rule", draft="model")
+    code, (c,), err = run(runner, folder, prompt, "--max-new-tokens", "40", "--ignore-eos", "--width", "rule")
+    assert code == 0, err
+    assert c["costs"] == "costs-hyflash-run.json" and c["rested_rounds"] == p.rested_rounds > 0
+    assert (c["tokens"], c["widths"]) == (p.tokens, {str(w): n for w, n in p.widths.items() if n})
+    own.unlink()  # then the Python runtime's costs (MIXED: drafts cheap), and its widths
+    mixed = python_stats(Runtime(folder, "executorch"), prompt, max_new_tokens=40, ignore_eos=True, width="rule",
+                         draft="model")
+    code, (c,), err = run(runner, folder, prompt, "--max-new-tokens", "40", "--ignore-eos", "--width", "rule")
+    assert c["costs"] == "costs-executorch.json" and c["rested_rounds"] == mixed.rested_rounds < p.rested_rounds
+    assert c["widths"] == {str(w): n for w, n in mixed.widths.items() if n}
+
+    for flags in (["--contexts", "0"], ["--contexts", "88"], ["--contexts", "9,x"], ["--repeat", "0"], []):
+        bad = flags + (["--profile", "--write-costs"] if flags else ["--write-costs", "--prompt-ids", "1"])
+        out = subprocess.run([str(runner), str(folder), *bad], capture_output=True, text=True)
+        first = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and first[0].startswith("hyflash-run: error:"), (bad, out.stderr)
+        assert not own.exists() and not list(folder.glob("*.partial"))
 
 
 @pytest.mark.slow  # suite time: lowering a second program to .pte

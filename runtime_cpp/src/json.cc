@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -270,6 +271,12 @@ std::string canonical(const Value& value, const std::string& skip_top_key) {
   std::string out;
   emit(value, out, skip_top_key);
   return out;
+}
+
+std::string number(double x) {
+  char buf[32];
+  std::string s(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
+  return s.find_first_of(".eni") == std::string::npos ? s + ".0" : s;
 }
 
 std::string quote(const std::string& s) {

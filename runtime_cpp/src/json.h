@@ -37,5 +37,6 @@ struct Value {
 Value parse(const std::string& text);  // throws std::runtime_error("... at offset N")
 std::string canonical(const Value& value, const std::string& skip_top_key = "");
 std::string quote(const std::string& s);  // a JSON string literal, ASCII escapes as Python writes them
+std::string number(double x);  // the shortest text that reads back as x, always a float (1.0, not 1)
 
 }  // namespace hyflash::json

@@ -3,6 +3,7 @@
 //   hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K]
 //               [--seed S] [--ignore-eos] [--draft D] [--no-draft] [--width W|rule] [--repeat R] [--threads N]
 //               [--pte-kernels K] [--json]
+//   hyflash-run EXPORT --profile [--contexts 256,1024] [--repeat R] [--threads N] [--write-costs]
 //
 // Ids in, ids out (the runner has no tokenizer). --json prints what `hyflash generate --json` prints,
 // one object per line; --repeat R runs the prompt R times with seeds S, S+1, ... (each run from an
@@ -11,7 +12,11 @@
 // is --draft none (target-only). --width rule: the width rule picks each round's
 // verify width from the drafter's calibrated confidences and this device's costs (costs-executorch.json beside
 // the export, from `hyflash profile EXPORT --backend executorch --write-costs`), resting the drafter where
-// drafting does not pay. --threads N sets ExecuTorch's thread pool (default:
+// drafting does not pay. --profile times each call the loop makes at the committed lengths --contexts (R calls
+// each, default 15, medians) and prints the width rule's costs as JSON; --write-costs also writes them beside the
+// export (costs-hyflash-run.json), which --width rule then reads before the Python runtime's costs-executorch.json:
+// the runner's calls cost what they cost here, not what they cost through Python. --threads N sets ExecuTorch's
+// thread pool (default:
 // one thread per core). The target's cache kernels are chosen when the runner is built (HYFLASH_KERNELS: the
 // project's libhyflash_kernels.so, or ExecuTorch's LLM kernels linked instead); --pte-kernels names the one
 // expected and refuses the other; the JSON output records it. Bad input: one line on stderr, exit 2.
@@ -19,6 +24,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -26,7 +33,9 @@
 #include <executorch/runtime/platform/platform.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include "json.h"
 #include "runner.h"
+#include "widths.h"
 
 // ExecuTorch's thread pool (libexecutorch_threadpool.so; the wheel ships no header for it)
 namespace executorch::extension::threadpool {
@@ -67,7 +76,7 @@ void log_line(et_timestamp_t, et_pal_log_level_t level, const char* file, const 
 const char* const kUsage =
     "usage: hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] "
     "[--top-k K] [--seed S] [--ignore-eos] [--draft model|prompt-lookup|none] [--no-draft] [--width W|rule] [--repeat R] [--threads N] [--pte-kernels hyflash|executorch] "
-    "[--json] | --version";
+    "[--json] | EXPORT --profile [--contexts 256,1024] [--repeat R] [--threads N] [--write-costs] | --version";
 
 struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
@@ -88,13 +97,13 @@ double parse_float(const std::string& flag, const std::string& text) {
   return v;
 }
 
-std::vector<int64_t> parse_ids(const std::string& text) {
+std::vector<int64_t> parse_ids(const std::string& flag, const std::string& text) {
   std::vector<int64_t> ids;
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
     std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    ids.push_back(parse_int("--prompt-ids", item));
+    ids.push_back(parse_int(flag, item));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -104,8 +113,9 @@ std::vector<int64_t> parse_ids(const std::string& text) {
 struct Args {
   std::string folder;
   std::vector<int64_t> prompt;
-  bool have_prompt = false, json = false;
+  bool have_prompt = false, json = false, profile = false, write_costs = false, have_repeat = false;
   int64_t repeat = 1, threads = 0;
+  std::vector<int64_t> contexts = {256, 1024};
   std::string kernels = HYFLASH_PTE_KERNELS;
   hyflash::GenerationConfig cfg;
 };
@@ -119,13 +129,16 @@ Args parse(int argc, char** argv) {
   };
   for (size_t i = 0; i < rest.size(); ++i) {
     const std::string& f = rest[i];
-    if (f == "--prompt-ids") a.prompt = parse_ids(value(i)), a.have_prompt = true;
+    if (f == "--prompt-ids") a.prompt = parse_ids(f, value(i)), a.have_prompt = true;
+    else if (f == "--profile") a.profile = true;
+    else if (f == "--contexts") a.contexts = parse_ids(f, value(i));
+    else if (f == "--write-costs") a.write_costs = true;
     else if (f == "--max-new-tokens") a.cfg.max_new_tokens = parse_int(f, value(i));
     else if (f == "--temperature") a.cfg.sampling.temperature = parse_float(f, value(i));
     else if (f == "--top-p") a.cfg.sampling.top_p = parse_float(f, value(i));
     else if (f == "--top-k") a.cfg.sampling.top_k = parse_int(f, value(i));
     else if (f == "--seed") a.cfg.seed = static_cast<uint64_t>(parse_int(f, value(i)));
-    else if (f == "--repeat") a.repeat = parse_int(f, value(i));
+    else if (f == "--repeat") a.repeat = parse_int(f, value(i)), a.have_repeat = true;
     else if (f == "--threads") {
       a.threads = parse_int(f, value(i));
       if (a.threads < 1) throw UsageError("--threads must be >= 1, got " + std::to_string(a.threads));
@@ -152,7 +165,9 @@ Args parse(int argc, char** argv) {
     else throw UsageError("unexpected argument '" + f + "'");
   }
   if (a.folder.empty()) throw UsageError("give the export folder");
-  if (!a.have_prompt) throw UsageError("give the prompt as --prompt-ids 1,2,3");
+  if (a.profile && !a.have_repeat) a.repeat = 15;
+  if (a.write_costs && !a.profile) throw UsageError("--write-costs writes what --profile measures: add --profile");
+  if (!a.have_prompt && !a.profile) throw UsageError("give the prompt as --prompt-ids 1,2,3");
   if (a.cfg.max_new_tokens < 1) throw UsageError("--max-new-tokens must be >= 1, got " + std::to_string(a.cfg.max_new_tokens));
   if (a.cfg.sampling.temperature < 0) throw UsageError("--temperature must be >= 0");
   if (!(a.cfg.sampling.top_p > 0 && a.cfg.sampling.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
@@ -166,6 +181,45 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+std::string cpu_name() {  // Linux's model name, where it says one
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      const size_t start = line.find_first_not_of(" \t", line.find(':') + 1);
+      return start == std::string::npos ? "" : line.substr(start);
+    }
+  return "";
+}
+
+// --profile: the runner's costs as JSON on stdout; with --write-costs the same beside the export, written whole
+// (a temporary file renamed over the old one) or not at all
+int profile(hyflash::Runner& runner, const Args& a, size_t threads) {
+  const hyflash::CostCurve curve = runner.profile(a.contexts, a.repeat);
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  const std::string doc = "{\"backend\": \"hyflash-run\", \"cpu\": " + hyflash::json::quote(cpu_name()) +
+                          ", \"threads\": " + std::to_string(threads) + ", \"repeats\": " + std::to_string(a.repeat) +
+                          ", \"pte_kernels\": \"" + HYFLASH_PTE_KERNELS + "\", \"date\": \"" + date + "\", " +
+                          hyflash::points_json(curve) + "}";
+  if (a.write_costs) {
+    const std::string path = a.folder + "/" + hyflash::kRunnerCosts, tmp = path + ".partial";
+    {
+      std::ofstream out(tmp);
+      out << doc << "\n";
+      if (!out.flush()) throw std::runtime_error(tmp + ": cannot write the costs (is the export folder writable?)");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error(path + ": cannot replace it with the new costs");
+    }
+    std::fprintf(stderr, "wrote %s: the width rule's costs for hyflash-run on this device\n", path.c_str());
+  }
+  std::cout << doc << "\n";
+  std::cout.flush();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,6 +231,7 @@ int main(int argc, char** argv) {
     if (a.threads > 0 && pool) pool->_unsafe_reset_threadpool(static_cast<uint32_t>(a.threads));
     const size_t threads = pool ? pool->get_thread_count() : 1;
     hyflash::Runner runner(a.folder, HYFLASH_PTE_KERNELS);
+    if (a.profile) return profile(runner, a, threads);
     const uint64_t seed = a.cfg.seed;
     for (int64_t r = 0; r < a.repeat; ++r) {
       a.cfg.seed = seed + static_cast<uint64_t>(r);

@@ -1,9 +1,9 @@
 #include "runner.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 namespace hyflash {
 
@@ -34,12 +34,6 @@ std::string error_name(Error e) {
     case Error::MemoryAllocationFailed: return "MemoryAllocationFailed";
     default: return "error " + std::to_string(static_cast<int>(e));
   }
-}
-
-std::string json_number(double x) {  // the shortest text that reads back as x, always a float (1.0, not 1)
-  char buf[32];
-  std::string s(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
-  return s.find_first_of(".eni") == std::string::npos ? s + ".0" : s;
 }
 
 }  // namespace
@@ -77,17 +71,18 @@ std::string Stats::to_json() const {
   std::string ms = "{", calls = "{", bytes = "{", rows = "{";
   for (const auto& [w, n] : widths) rows += (rows.size() > 1 ? ", " : "") + json::quote(std::to_string(w)) + ": " + std::to_string(n);
   for (const auto& [g, total] : graph_ms) {
-    ms += (ms.size() > 1 ? ", " : "") + json::quote(g) + ": " + json_number(total / graph_calls.at(g));
+    ms += (ms.size() > 1 ? ", " : "") + json::quote(g) + ": " + json::number(total / graph_calls.at(g));
     calls += (calls.size() > 1 ? ", " : "") + json::quote(g) + ": " + std::to_string(graph_calls.at(g));
   }
   for (const auto& [k, v] : drafter_context_bytes) bytes += (bytes.size() > 1 ? ", " : "") + json::quote(k) + ": " + std::to_string(v);
   return "{\"tokens\": " + list(tokens) + ", \"prompt_tokens\": " + std::to_string(prompt_tokens) +
-         ", \"rounds\": " + std::to_string(rounds) + ", \"acceptance_length\": " + json_number(acceptance_length()) +
-         ", \"accepted_per_slot\": " + list(accepted_per_slot) + ", \"tokens_per_s\": " + json_number(tokens_per_s()) +
-         ", \"prefill_s\": " + json_number(prefill_s) + ", \"prefilled\": " + std::to_string(prompt_tokens) +
-         ", \"decode_s\": " + json_number(decode_s) + ", \"graph_ms\": " + ms + "}, \"graph_calls\": " + calls +
+         ", \"rounds\": " + std::to_string(rounds) + ", \"acceptance_length\": " + json::number(acceptance_length()) +
+         ", \"accepted_per_slot\": " + list(accepted_per_slot) + ", \"tokens_per_s\": " + json::number(tokens_per_s()) +
+         ", \"prefill_s\": " + json::number(prefill_s) + ", \"prefilled\": " + std::to_string(prompt_tokens) +
+         ", \"decode_s\": " + json::number(decode_s) + ", \"graph_ms\": " + ms + "}, \"graph_calls\": " + calls +
          "}, \"stop_reason\": " + json::quote(stop_reason) + ", \"drafter_context_bytes\": " + bytes +
          "}, \"widths\": " + rows + "}, \"rested_rounds\": " + std::to_string(rested_rounds) +
+         (costs_file.empty() ? "" : ", \"costs\": " + json::quote(costs_file)) +
          "}";  // no lookup_rounds / skipped_reads: hybrid drafting is the Python runtime's
 }
 
@@ -354,6 +349,73 @@ std::map<std::string, int64_t> Runner::context_bytes(int64_t committed) const {
           {"target_kv_allocated", m_.raw.at("memory").at("target_kv_bytes").as_int()}};
 }
 
+void Runner::prefill(const std::vector<int64_t>& prompt, bool uses_drafter, Stats& stats, Outputs& keep) {
+  const int64_t len = static_cast<int64_t>(prompt.size()), vocab = m_.vocab;
+  committed_ = 0;
+  pending_rows_ = 0;
+  reset_context();
+  for (int64_t pos = 0; pos < len;) {
+    std::string graph = pos + m_.prefill_chunk <= m_.max_context ? "target_prefill" : "target_verify";
+    int64_t width = m_.graph(graph).io("tokens").shape[0], n = std::min(width, len - pos);
+    std::vector<int64_t> ids(prompt.begin() + pos, prompt.begin() + pos + n);
+    auto [logits, feats] = run_target(graph, ids, pos, stats, keep);
+    committed_ = pos + n;
+    const int64_t feature = m_.graph(graph).io("features").shape[1];
+    if (uses_drafter)
+      for (int64_t r = 0; r < n; r += kVerifyRows) fold(feats + r * feature, pos + r, std::min<int64_t>(kVerifyRows, n - r), stats);
+    last_logits_.assign(logits + (n - 1) * vocab, logits + n * vocab);  // the arena is reused by the next call
+    pos += n;
+  }
+}
+
+CostCurve Runner::profile(const std::vector<int64_t>& contexts, int64_t repeats) {
+  if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1, got " + std::to_string(repeats));
+  std::vector<int64_t> lengths(contexts);
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  if (lengths.empty()) throw std::invalid_argument("--contexts is empty; give committed lengths such as 256,1024");
+  for (int64_t c : lengths)
+    if (c < 1 || c >= m_.usable_context())
+      throw std::invalid_argument("--contexts " + std::to_string(c) + " does not fit this export: give committed " +
+                                  "lengths from 1 to " + std::to_string(m_.usable_context() - 1));
+  auto median_ms = [repeats](const std::function<void()>& call) {
+    call();  // warm-up
+    std::vector<double> ms(repeats);
+    for (double& t : ms) {
+      auto start = Clock::now();
+      call();
+      t = seconds_since(start) * 1e3;
+    }
+    std::sort(ms.begin(), ms.end());
+    return repeats % 2 ? ms[repeats / 2] : (ms[repeats / 2 - 1] + ms[repeats / 2]) / 2;
+  };
+  CostCurve curve;
+  for (int64_t c : lengths) {
+    std::vector<int64_t> prompt(c);
+    for (int64_t i = 0; i < c; ++i) prompt[i] = (i * 7919 + 11) % m_.vocab;  // any ids: a call's cost is its shape's
+    Stats stats;
+    Outputs target_out, draft_out;
+    prefill(prompt, true, stats, target_out);
+    stats.decoding = true;
+    const int64_t tok = prompt.back();
+    Costs costs;
+    costs.verify[1] = median_ms([&] { run_target("target_decode", {tok}, c, stats, target_out); });
+    for (int64_t w : m_.verify_widths)
+      costs.verify[w] = median_ms([&] { run_target(verify_graph(w), std::vector<int64_t>(w, tok), c, stats, target_out); });
+    costs.draft = median_ms([&] { draft(tok, c, prompt, stats, draft_out); });
+    // a full commit's calls at c, their outputs never copied back: the context stays put
+    small_.at("n_valid")->ints[0] = kVerifyRows;
+    for (int64_t r = 0; r < kVerifyRows; ++r) small_.at("positions")->ints[r] = c + r;
+    for (const char* graph : {"state_commit", "window_shift"})
+      if (m_.graphs.count(graph)) costs.commit += median_ms([&] { run(graph, stats); });
+    curve.lengths.push_back(c);
+    curve.points.push_back(std::move(costs));
+  }
+  reset_context();
+  committed_ = 0;
+  return curve;
+}
+
 Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg) {
   check_prompt(prompt);
   if (cfg.max_new_tokens < 1) throw std::invalid_argument("--max-new-tokens must be >= 1");
@@ -368,28 +430,17 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   std::unique_ptr<WidthRule> rule;
   const bool has_confidence = m_.graph("draft_read").has("confidence");
   const bool uses_drafter = cfg.draft && !cfg.lookup;  // the drafter's context is kept (prefill and commits fold)
-  if (cfg.draft && cfg.rule) rule = std::make_unique<WidthRule>(read_costs(m_.folder, widths), len, uses_drafter);
+  if (cfg.draft && cfg.rule) {
+    CostCurve curve = read_costs(m_.folder, widths);
+    stats.costs_file = curve.file;
+    rule = std::make_unique<WidthRule>(std::move(curve), len, uses_drafter);
+  }
   Outputs target_out, draft_out;
   std::vector<int64_t> history(prompt);  // the prompt and every emitted token: ends with the anchor
 
-  // 1. prefill: target_prefill in chunks (target_verify where a chunk would pass the cache's end);
-  // every prompt feature folded into the drafter, 8 rows at a time
+  // 1. prefill: every prompt row into the cache and the drafter
   auto t0 = Clock::now();
-  committed_ = 0;
-  pending_rows_ = 0;
-  reset_context();
-  for (int64_t pos = 0; pos < len;) {
-    std::string graph = pos + m_.prefill_chunk <= m_.max_context ? "target_prefill" : "target_verify";
-    int64_t width = m_.graph(graph).io("tokens").shape[0], n = std::min(width, len - pos);
-    std::vector<int64_t> ids(prompt.begin() + pos, prompt.begin() + pos + n);
-    auto [logits, feats] = run_target(graph, ids, pos, stats, target_out);
-    committed_ = pos + n;
-    const int64_t feature = m_.graph(graph).io("features").shape[1];
-    if (uses_drafter)
-      for (int64_t r = 0; r < n; r += kVerifyRows) fold(feats + r * feature, pos + r, std::min<int64_t>(kVerifyRows, n - r), stats);
-    last_logits_.assign(logits + (n - 1) * vocab, logits + n * vocab);  // the arena is reused by the next call
-    pos += n;
-  }
+  prefill(prompt, uses_drafter, stats, target_out);
   stats.prefill_s = seconds_since(t0);
   stats.decoding = true;
 

@@ -26,7 +26,7 @@ struct GenerationConfig {
   bool draft = true;  // false: target-only through target_decode
   bool lookup = false;  // with draft: prompt-lookup's block (the text's own continuation) instead of the drafter's
   int64_t width = kVerifyRows;  // rows verified a round (the anchor and width - 1 drafts): one of verify_widths
-  bool rule = false;  // instead, the width rule picks each round's width (reads costs-executorch.json)
+  bool rule = false;  // instead, the width rule picks each round's width (reads the export's costs: read_costs)
 };
 
 struct Stats {
@@ -36,6 +36,7 @@ struct Stats {
   std::map<std::string, int64_t> graph_calls;
   std::map<int64_t, int64_t> widths;  // rounds by rows verified (1: a plain step)
   int64_t rested_rounds = 0;  // the width rule: plain steps while the drafter rests (in rounds, width 1)
+  std::string costs_file;  // the width rule: the costs file it read
   double prefill_s = 0, decode_s = 0;
   std::string stop_reason;
   std::map<std::string, int64_t> drafter_context_bytes;
@@ -65,6 +66,11 @@ class Runner {
   // Throws ArtifactError / std::runtime_error.
   Runner(const std::string& folder, const std::string& kernels);
   Stats generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg);
+  // What each call costs this runner, as the width rule reads it, at each committed length in `contexts` (each
+  // from 1 to the usable context - 1): a prompt of that length prefilled, then every call the loop makes
+  // (target_decode, each verify width, draft_read, state_commit + window_shift) made at that position `repeats`
+  // times after a warm-up call, never committed, and the median taken. Throws std::invalid_argument.
+  CostCurve profile(const std::vector<int64_t>& contexts, int64_t repeats);
   const Manifest& manifest() const { return m_; }
 
  private:
@@ -104,6 +110,9 @@ class Runner {
   void pend(const float* row, int64_t pos, Stats& stats);
   void flush(Stats& stats);
   void reset_context();
+  // the prompt through target_prefill in chunks (target_verify where a chunk would pass the cache's end), every
+  // row folded into the drafter when uses_drafter; leaves the last row's logits in last_logits_
+  void prefill(const std::vector<int64_t>& prompt, bool uses_drafter, Stats& stats, Outputs& keep);
   void check_room(int64_t pos, int64_t width) const;
   void check_prompt(const std::vector<int64_t>& prompt) const;
   std::vector<int64_t> stop(const std::vector<int64_t>& fresh, Stats& stats, const GenerationConfig& cfg,

@@ -26,13 +26,20 @@ Costs CostCurve::at(int64_t committed) const {
   return c;
 }
 
+const char* const kRunnerCosts = "costs-hyflash-run.json";
+
 CostCurve read_costs(const std::string& folder, const std::vector<int64_t>& widths) {
-  const std::string path = folder + "/costs-executorch.json";
-  const std::string fix = "`hyflash profile " + folder + " --backend executorch --write-costs`";
-  std::ifstream in(path);
+  const std::string runner_fix = "`hyflash-run " + folder + " --profile --write-costs`";
+  std::string name = kRunnerCosts, fix = runner_fix;
+  std::ifstream in(folder + "/" + name);
+  if (!in) {  // the Python runtime's costs on the same programs
+    name = "costs-executorch.json", fix = "`hyflash profile " + folder + " --backend executorch --write-costs`";
+    in.open(folder + "/" + name);
+  }
   if (!in)
-    throw std::invalid_argument(folder + ": no costs-executorch.json; the width rule needs this device's costs: run " +
-                                fix + " first (or a fixed --width)");
+    throw std::invalid_argument(folder + ": no " + kRunnerCosts + " (nor costs-executorch.json); the width rule needs "
+                                "this device's costs: run " + runner_fix + " first (or a fixed --width)");
+  const std::string path = folder + "/" + name;
   std::stringstream text;
   text << in.rdbuf();
   std::vector<int64_t> keep(widths);
@@ -59,12 +66,25 @@ CostCurve read_costs(const std::string& folder, const std::vector<int64_t>& widt
     throw std::invalid_argument(path + ": not a cost curve (" + e.what() + "); write it again with " + fix);
   }
   if (curve.points.empty()) throw std::invalid_argument(path + ": no points; write it again with " + fix);
+  curve.file = name;
   for (const Costs& c : curve.points)
     for (int64_t w : keep)
       if (!c.verify.count(w))
         throw std::invalid_argument(path + ": no cost for verify width " + std::to_string(w) + "; write it again with " +
                                     fix + " (the export changed since)");
   return curve;
+}
+
+std::string points_json(const CostCurve& curve) {
+  std::string out = "\"points\": [";
+  for (size_t i = 0; i < curve.points.size(); ++i) {
+    const Costs& c = curve.points[i];
+    std::string verify;
+    for (const auto& [w, ms] : c.verify) verify += (verify.empty() ? "" : ", ") + json::quote(std::to_string(w)) + ": " + json::number(ms);
+    out += (i ? ", " : "") + std::string("{\"committed\": ") + std::to_string(curve.lengths[i]) + ", \"verify_ms\": {" +
+           verify + "}, \"draft_read_ms\": " + json::number(c.draft) + ", \"commit_ms\": " + json::number(c.commit) + "}";
+  }
+  return out + "]";
 }
 
 Calibration read_calibration(const json::Value* hybrid) {

@@ -1,6 +1,8 @@
 // The width rule (docs/design.md, "Verify widths"; models/widths.py and runtime_py/verifying.py): how many
 // drafts a round verifies, from the drafter's calibrated chain probabilities and the export's cost curve on
-// this device (costs-executorch.json, written by `hyflash profile --backend executorch --write-costs`).
+// this device: the runner's own (costs-hyflash-run.json, written by `hyflash-run EXPORT --profile --write-costs`),
+// else the Python runtime's on the same programs (costs-executorch.json, `hyflash profile --backend executorch
+// --write-costs`).
 // The same arithmetic as the Python runtime, in doubles, so both pick the same widths on the same program.
 #pragma once
 
@@ -24,12 +26,20 @@ struct Costs {
 struct CostCurve {
   std::vector<int64_t> lengths;
   std::vector<Costs> points;
+  std::string file;  // the file it was read from (its name beside the export)
   Costs at(int64_t committed) const;
 };
 
-// folder/costs-executorch.json, kept to width 1 and the export's verify widths; every one of them must be timed.
+extern const char* const kRunnerCosts;  // "costs-hyflash-run.json": the runner's own costs, beside the export
+
+// The export's costs for the runner: folder/costs-hyflash-run.json, else folder/costs-executorch.json, kept to
+// width 1 and the export's verify widths; every one of them must be timed.
 // Throws std::invalid_argument (one line: what and the fix).
 CostCurve read_costs(const std::string& folder, const std::vector<int64_t>& widths);
+
+// The curve's points as the costs files hold them: "points": [{"committed", "verify_ms", "draft_read_ms",
+// "commit_ms"}, ...] (models/widths.py, CostCurve.to_json), without the enclosing braces.
+std::string points_json(const CostCurve& curve);
 
 // The drafter's calibration (manifest drafter.hybrid), read once: per slot, the realised rate of each
 // confidence bin (-1 where the bin holds fewer than min_rounds rounds), and per lookup match length its
