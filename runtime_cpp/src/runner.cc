@@ -369,7 +369,7 @@ void Runner::prefill(const std::vector<int64_t>& prompt, bool uses_drafter, Stat
 }
 
 CostCurve Runner::profile(const std::vector<int64_t>& contexts, int64_t repeats) {
-  if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1, got " + std::to_string(repeats));
+  if (repeats < 1) throw std::invalid_argument("--repeat must be >= 1, got " + std::to_string(repeats));
   std::vector<int64_t> lengths(contexts);
   std::sort(lengths.begin(), lengths.end());
   lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
