@@ -207,7 +207,10 @@ int profile(hyflash::Runner& runner, const Args& a, size_t threads) {
     {
       std::ofstream out(tmp);
       out << doc << "\n";
-      if (!out.flush()) throw std::runtime_error(tmp + ": cannot write the costs (is the export folder writable?)");
+      if (!out.flush()) {
+        std::remove(tmp.c_str());
+        throw std::runtime_error(tmp + ": cannot write the costs (is the export folder writable?)");
+      }
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
       std::remove(tmp.c_str());
