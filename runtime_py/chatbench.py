@@ -17,14 +17,11 @@ of answers that hit the token cap. Peers are fed the ids hyflash's target-only r
 precision read at each turn.
 
 With a runner (`hyflash-run`), every .pte export is also answered by it, target-only and drafted (the
-drafter's blocks and prompt-lookup's, under each width policy), as an app would: it keeps no conversation,
-so each turn's whole history is prefilled (the ids the Python target-only run read). Its drafted answers
-must equal its own target-only answers. Its target-only answers must equal the Python runtime's on first
-turns when that ran the same programs (`--backend executorch`): both then prefill the whole prompt. Later
-turns are compared for information (`same_as_target_only`): the Python runtime keeps the conversation, its
-earlier answers' cache rows written by decode steps, where the runner prefills them in chunks, and a
-quantized target's chunked rows need not carry the same bits. Against other programs (ONNX) every turn
-is information.
+drafter's blocks and prompt-lookup's, under each width policy), as an app would: one runner a conversation
+(`--conversation`), fed the ids the Python target-only run read at each turn, keeping its context between
+turns as the Python runtime does. Its drafted answers must equal its own target-only answers, and those the
+Python runtime's when that ran the same programs (`--backend executorch`); against other programs (ONNX)
+they are compared for information.
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ from hyflash.runtime_py.bench import open_exports
 from hyflash.runtime_py.chat import Conversation
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import DRAFTER_GRAPHS, PTE_FILE
-from hyflash.runtime_py.native import run_native
+from hyflash.runtime_py.native import run_conversation
 from hyflash.runtime_py.peers import PEERS, PeerRun, open_peers
 from hyflash.runtime_py.ptekernels import chosen
 
@@ -141,7 +138,6 @@ class Answers:
     graph_ms: float = 0.0
     capped: int = 0
     same: int | None = None  # answers equal to the same export's target-only answers
-    same_first: int | None = None  # hyflash-run's target-only: whether the first turn's answer equals Python's
     widths: dict = dataclasses.field(default_factory=dict)  # rounds by rows verified (1: a plain step)
 
     @property
@@ -197,8 +193,6 @@ def summarise(label: str, answers: list[Answers], baseline: list[Answers]) -> di
         row["width_share"] = {str(w): n / rounds for w, n in widths.items()}
     if answers and answers[0].same is not None:
         row["same_as_target_only"] = sum(a.same for a in answers) / n_answers
-    if answers and answers[0].same_first is not None:
-        row["same_on_first_turns"] = sum(a.same_first for a in answers) / len(answers)
     return row
 
 
@@ -264,14 +258,11 @@ def bench_chat(cfg: ChatBenchConfig, progress: bool = True) -> dict:
             got[peer.label].append(answers)
         for label, i, mode in native:  # target-only first: the reference of the drafted runs
             draft, _, width = mode.partition("@")
-            answers = Answers.of_native(chat["category"], [
-                run_native(runtimes[i].folder, p, cfg.max_new_tokens, draft=draft, width=width or "full",
-                           threads=cfg.threads,
-                           runner=cfg.runner, kernels=chosen()) for p in prompts_by_export[i]])
+            answers = Answers.of_native(chat["category"], run_conversation(
+                runtimes[i].folder, prompts_by_export[i], cfg.max_new_tokens, draft=draft, width=width or "full",
+                threads=cfg.threads, runner=cfg.runner, kernels=chosen()))
             reference = got[_native_reference(labels[i], mode)][-1]
             answers.same = sum(a == b for a, b in zip(answers.tokens, reference.tokens))
-            if mode == "none":  # the turn both prefill whole (judged; later turns are information)
-                answers.same_first = int(answers.tokens[0] == reference.tokens[0])
             got[label].append(answers)
         bar.update()
     bar.close()
@@ -346,7 +337,7 @@ def _report(cfg, chats, runs, labels, runtimes, peers, peer_status, got) -> dict
             pick = [i for i, a in enumerate(answers) if a.category == c]
             results.append({**summarise(label, [answers[i] for i in pick], [base[i] for i in pick]), "category": c})
     differ = [r for r in results if r["category"] == "all" and r["run"] not in compared
-              and r.get("same_on_first_turns", r.get("same_as_target_only", 1.0)) < 1.0]
+              and r.get("same_as_target_only", 1.0) < 1.0]
     return {"kind": "chat", "chat_file": str(cfg.chat), "conversations": len(chats), "categories": categories,
             "max_new_tokens": cfg.max_new_tokens, "backend": cfg.backend,
             "pte_kernels": runtimes[0].backend.kernels if cfg.runner is None else chosen(),

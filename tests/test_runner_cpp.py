@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from hyflash.models.loading import load_target
 from hyflash.models.widths import CostCurve
 from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
-from hyflash.runtime_py.loop import Runtime
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import verify_graph
 from hyflash.runtime_py.sampling import Sampling
 from hyflash.runtime_py.verifying import read_costs, write_costs
@@ -76,6 +76,42 @@ def test_narrow_verify_widths_equal_the_python_runtime(runner, both_formats):
         assert c["graph_calls"][verify_graph(width)] == c["rounds"]
     code, _, err = run(runner, both_formats, prompt, "--width", "3")
     assert code != 0 and len(err.strip().splitlines()) == 1 and "verify widths" in err
+
+
+def test_a_conversation_keeps_its_context_as_the_python_runtime(runner, both_formats):
+    """--conversation: each line of stdin is the conversation so far; the runner keeps its context between turns
+    as Runtime.generate(reuse=True) does: the same tokens, rounds and calls, only the new rows prefilled. A turn
+    that rewrites earlier text prefills from where it differs, or anew with the drafter (its memory cannot forget)."""
+    rng = np.random.default_rng(5)
+    first, more, rewrite = (rng.integers(0, 96, n).tolist() for n in (13, 5, 9))
+    for draft in ("model", "prompt-lookup", "none"):
+        runtime, cfg = Runtime(both_formats, "executorch"), GenerationConfig(max_new_tokens=10, ignore_eos=True,
+                                                                              draft=draft)
+        prompts, expected = [first], []
+        for turn in range(3):
+            stats = Stats()
+            list(runtime.generate(prompts[-1], cfg, stats, reuse=True))
+            expected.append(stats)
+            prompts.append(prompts[-1] + stats.tokens + more if turn == 0 else first[:6] + rewrite)
+        out = subprocess.run([str(runner), str(both_formats), "--conversation", "--json", "--max-new-tokens", "10",
+                              "--ignore-eos", "--draft", draft], input="".join(",".join(map(str, p)) + "\n"
+                                                                              for p in prompts[:3]),
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        runs = [json.loads(line) for line in out.stdout.splitlines()]
+        assert [r["tokens"] for r in runs] == [s.tokens for s in expected]
+        assert [(r["rounds"], r["graph_calls"], r["prefilled"]) for r in runs] == \
+            [(s.rounds, dict(s.graph_calls), s.prefilled) for s in expected]
+        kept = len(prompts[0]) + len(expected[0].tokens) - 1  # the reply's last token was never run
+        assert [r["prefilled"] for r in runs] == [13, len(prompts[1]) - kept,
+                                                  len(prompts[2]) - (0 if draft == "model" else 6)]
+    out = subprocess.run([str(runner), str(both_formats), "--conversation", "--json"], input="1,2\n1,x\n",
+                         capture_output=True, text=True)  # the first turn answered, the second refused
+    assert out.returncode == 2 and out.stdout.count("\n") == 1 and len(out.stderr.splitlines()) == 1
+    assert "turn 2 expects an integer, got 'x'" in out.stderr
+    out = subprocess.run([str(runner), str(both_formats), "--conversation", "--prompt-ids", "1"], capture_output=True,
+                         text=True)
+    assert out.returncode == 2 and "drop --prompt-ids" in out.stderr.splitlines()[0]
 
 
 @pytest.mark.parametrize("costs", ["MIXED", "NARROW", "DEAR_DRAFTER"])
@@ -320,8 +356,8 @@ def test_manifest_checksum_matches_python_on_any_text(runner, both_formats, tmp_
 
 
 def test_bench_chat_answers_with_the_runner_beside_the_python_runtime(runner, both_formats, tmp_path):
-    """`bench --chat --runner`: hyflash-run answers every turn (its history prefilled) as the Python runtime
-    does on the same programs, judged; against the ONNX graphs, reported for information."""
+    """`bench --chat --runner`: hyflash-run answers every turn, one runner a conversation keeping its context, as
+    the Python runtime does on the same programs, judged; against the ONNX graphs, reported for information."""
     from hyflash.cli import main
     from hyflash.runtime_py.chatbench import ChatBenchConfig, bench_chat, pooled
 
@@ -340,7 +376,6 @@ def test_bench_chat_answers_with_the_runner_beside_the_python_runtime(runner, bo
     native = rows["chat/hyflash-run/none"]
     assert report["exact"] and report["runner"] == str(runner) and report["pte_kernels"] == "hyflash"
     assert native["answers"] == 3 and native["same_as_target_only"] == 1.0 and native["speedup"] == 1.0
-    assert native["same_on_first_turns"] == 1.0 and "same_on_first_turns" not in rows["chat/hyflash-run/prompt-lookup"]
     assert native["same_compared_with"] == "chat/none" and native["tau"] == 1.0
     assert [c["answer_tokens"] for c in report["per_conversation"]["chat/hyflash-run/none"]] == \
         [c["answer_tokens"] for c in report["per_conversation"]["chat/none"]]

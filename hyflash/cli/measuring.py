@@ -117,7 +117,7 @@ def _bench_parser(sub) -> None:
     p.add_argument("--out", type=Path, default=None, help="with --chat: write the JSON report here too")
     p.add_argument("--runner", type=Path, default=None,
                    help="with --chat: hyflash-run (e.g. build/runtime_cpp/hyflash-run) answers every .pte export too, "
-                        "target-only and drafted, each turn's history prefilled")
+                        "target-only and drafted, one runner a conversation keeping its context between turns")
     p.add_argument("--max-new-tokens", type=positive(), default=None, help="default 64; with --chat 128 per answer")
     p.add_argument("--threads", type=positive(), default=None)
     p.add_argument("--backend", choices=list(BACKENDS), default="onnxruntime",

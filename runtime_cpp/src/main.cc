@@ -3,11 +3,15 @@
 //   hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] [--top-k K]
 //               [--seed S] [--ignore-eos] [--draft D] [--no-draft] [--width W|rule] [--repeat R] [--threads N]
 //               [--pte-kernels K] [--json]
+//   hyflash-run EXPORT --conversation [generation options] < turns
 //   hyflash-run EXPORT --profile [--contexts 256,1024] [--repeat R] [--threads N] [--write-costs]
 //
 // Ids in, ids out (the runner has no tokenizer). --json prints what `hyflash generate --json` prints,
 // one object per line; --repeat R runs the prompt R times with seeds S, S+1, ... (each run from an
-// empty cache), for measurements and distribution checks. --draft prompt-lookup verifies the text's own
+// empty cache), for measurements and distribution checks. --conversation keeps a conversation, as an app does: each
+// line of stdin is the whole conversation so far as ids (the earlier turns and replies as the chat template renders
+// them, then the new turn), answered as --prompt-ids would be, one output line each, flushed; the ids the runner
+// already holds are not prefilled again (turn t samples with seed S + t). --draft prompt-lookup verifies the text's own
 // continuation (the latest earlier match of its last 1-3 tokens) instead of the drafter's block; --no-draft
 // is --draft none (target-only). --width rule: the width rule picks each round's
 // verify width from the drafter's calibrated confidences and this device's costs (costs-executorch.json beside
@@ -76,7 +80,7 @@ void log_line(et_timestamp_t, et_pal_log_level_t level, const char* file, const 
 const char* const kUsage =
     "usage: hyflash-run EXPORT --prompt-ids 1,2,3 [--max-new-tokens N] [--temperature T] [--top-p P] "
     "[--top-k K] [--seed S] [--ignore-eos] [--draft model|prompt-lookup|none] [--no-draft] [--width W|rule] [--repeat R] [--threads N] [--pte-kernels hyflash|executorch] "
-    "[--json] | EXPORT --profile [--contexts 256,1024] [--repeat R] [--threads N] [--write-costs] | --version";
+    "[--json] | EXPORT --conversation [...] < one conversation so far per line | EXPORT --profile [--contexts 256,1024] [--repeat R] [--threads N] [--write-costs] | --version";
 
 struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
@@ -114,6 +118,7 @@ struct Args {
   std::string folder;
   std::vector<int64_t> prompt;
   bool have_prompt = false, json = false, profile = false, write_costs = false, have_repeat = false;
+  bool conversation = false;
   int64_t repeat = 1, threads = 0;
   std::vector<int64_t> contexts = {256, 1024};
   std::string kernels = HYFLASH_PTE_KERNELS;
@@ -131,6 +136,7 @@ Args parse(int argc, char** argv) {
     const std::string& f = rest[i];
     if (f == "--prompt-ids") a.prompt = parse_ids(f, value(i)), a.have_prompt = true;
     else if (f == "--profile") a.profile = true;
+    else if (f == "--conversation") a.conversation = true;
     else if (f == "--contexts") a.contexts = parse_ids(f, value(i));
     else if (f == "--write-costs") a.write_costs = true;
     else if (f == "--max-new-tokens") a.cfg.max_new_tokens = parse_int(f, value(i));
@@ -167,7 +173,11 @@ Args parse(int argc, char** argv) {
   if (a.folder.empty()) throw UsageError("give the export folder");
   if (a.profile && !a.have_repeat) a.repeat = 15;
   if (a.write_costs && !a.profile) throw UsageError("--write-costs writes what --profile measures: add --profile");
-  if (!a.have_prompt && !a.profile) throw UsageError("give the prompt as --prompt-ids 1,2,3");
+  if (a.conversation && (a.have_prompt || a.profile || a.have_repeat))
+    throw UsageError(std::string("--conversation reads its turns from stdin: drop ") +
+                     (a.have_prompt ? "--prompt-ids" : a.profile ? "--profile" : "--repeat"));
+  if (!a.have_prompt && !a.profile && !a.conversation)
+    throw UsageError("give the prompt as --prompt-ids 1,2,3 (or --conversation, turns on stdin)");
   if (a.cfg.max_new_tokens < 1) throw UsageError("--max-new-tokens must be >= 1, got " + std::to_string(a.cfg.max_new_tokens));
   if (a.cfg.sampling.temperature < 0) throw UsageError("--temperature must be >= 0");
   if (!(a.cfg.sampling.top_p > 0 && a.cfg.sampling.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
@@ -223,6 +233,43 @@ int profile(hyflash::Runner& runner, const Args& a, size_t threads) {
   return 0;
 }
 
+// One generation's output: its JSON line (what `hyflash generate --json` prints, with the kernels and threads it
+// ran), or its ids on stdout and a summary on stderr
+void print(const hyflash::Stats& stats, bool json, size_t threads) {
+  if (json) {
+    std::string line = stats.to_json();
+    line.pop_back();
+    std::cout << line << ", \"pte_kernels\": \"" << HYFLASH_PTE_KERNELS << "\", \"threads\": " << threads << "}\n";
+    return;
+  }
+  for (size_t i = 0; i < stats.tokens.size(); ++i) std::cout << (i ? "," : "") << stats.tokens[i];
+  std::cout << "\n";
+  std::fprintf(stderr, "%zu tokens, tau %.2f tokens/round, %.1f tokens/s, prefilled %lld of %lld in %.3f s, stop: %s\n",
+               stats.tokens.size(), stats.acceptance_length(), stats.tokens_per_s(),
+               static_cast<long long>(stats.prefilled), static_cast<long long>(stats.prompt_tokens), stats.prefill_s,
+               stats.stop_reason.c_str());
+}
+
+// --conversation: one generation per line of stdin (the conversation so far), the runner's context kept between
+// them; each answer flushed before the next line is read
+int converse(hyflash::Runner& runner, Args& a, size_t threads) {
+  const uint64_t seed = a.cfg.seed;
+  int64_t turn = 0;
+  for (std::string line; std::getline(std::cin, line);) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::vector<int64_t> prompt;
+    try {
+      prompt = parse_ids("turn " + std::to_string(turn + 1), line.substr(0, line.find_last_not_of(" \t\r") + 1));
+    } catch (const UsageError& e) {
+      throw std::invalid_argument(std::string(e.what()) + " (each line: the conversation's ids, comma-separated)");
+    }
+    a.cfg.seed = seed + static_cast<uint64_t>(turn++);
+    print(runner.generate(prompt, a.cfg, /*reuse=*/true), a.json, threads);
+    std::cout.flush();
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -235,21 +282,11 @@ int main(int argc, char** argv) {
     const size_t threads = pool ? pool->get_thread_count() : 1;
     hyflash::Runner runner(a.folder, HYFLASH_PTE_KERNELS);
     if (a.profile) return profile(runner, a, threads);
+    if (a.conversation) return converse(runner, a, threads);
     const uint64_t seed = a.cfg.seed;
     for (int64_t r = 0; r < a.repeat; ++r) {
       a.cfg.seed = seed + static_cast<uint64_t>(r);
-      hyflash::Stats stats = runner.generate(a.prompt, a.cfg);
-      if (a.json) {  // what `hyflash generate --json` prints, with the kernels and threads it ran
-        std::string line = stats.to_json();
-        line.pop_back();
-        std::cout << line << ", \"pte_kernels\": \"" << HYFLASH_PTE_KERNELS << "\", \"threads\": " << threads << "}\n";
-        continue;
-      }
-      for (size_t i = 0; i < stats.tokens.size(); ++i) std::cout << (i ? "," : "") << stats.tokens[i];
-      std::cout << "\n";
-      std::fprintf(stderr, "%zu tokens, tau %.2f tokens/round, %.1f tokens/s, prefill %.3f s, stop: %s\n",
-                   stats.tokens.size(), stats.acceptance_length(), stats.tokens_per_s(), stats.prefill_s,
-                   stats.stop_reason.c_str());
+      print(runner.generate(a.prompt, a.cfg), a.json, threads);
     }
     std::cout.flush();
     return 0;

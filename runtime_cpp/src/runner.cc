@@ -78,7 +78,7 @@ std::string Stats::to_json() const {
   return "{\"tokens\": " + list(tokens) + ", \"prompt_tokens\": " + std::to_string(prompt_tokens) +
          ", \"rounds\": " + std::to_string(rounds) + ", \"acceptance_length\": " + json::number(acceptance_length()) +
          ", \"accepted_per_slot\": " + list(accepted_per_slot) + ", \"tokens_per_s\": " + json::number(tokens_per_s()) +
-         ", \"prefill_s\": " + json::number(prefill_s) + ", \"prefilled\": " + std::to_string(prompt_tokens) +
+         ", \"prefill_s\": " + json::number(prefill_s) + ", \"prefilled\": " + std::to_string(prefilled) +
          ", \"decode_s\": " + json::number(decode_s) + ", \"graph_ms\": " + ms + "}, \"graph_calls\": " + calls +
          "}, \"stop_reason\": " + json::quote(stop_reason) + ", \"drafter_context_bytes\": " + bytes +
          "}, \"widths\": " + rows + "}, \"rested_rounds\": " + std::to_string(rested_rounds) +
@@ -349,12 +349,21 @@ std::map<std::string, int64_t> Runner::context_bytes(int64_t committed) const {
           {"target_kv_allocated", m_.raw.at("memory").at("target_kv_bytes").as_int()}};
 }
 
-void Runner::prefill(const std::vector<int64_t>& prompt, bool uses_drafter, Stats& stats, Outputs& keep) {
+int64_t Runner::reusable(const std::vector<int64_t>& prompt, bool uses_drafter) const {
+  const size_t most = std::min(kept_tokens_.size(), prompt.size() - 1);
+  const int64_t n = std::mismatch(kept_tokens_.begin(), kept_tokens_.begin() + most, prompt.begin()).first -
+                    kept_tokens_.begin();
+  return uses_drafter && n != drafter_rows_ ? 0 : n;
+}
+
+void Runner::prefill(const std::vector<int64_t>& prompt, bool uses_drafter, Stats& stats, Outputs& keep,
+                     int64_t from) {
   const int64_t len = static_cast<int64_t>(prompt.size()), vocab = m_.vocab;
-  committed_ = 0;
+  committed_ = from;
   pending_rows_ = 0;
-  reset_context();
-  for (int64_t pos = 0; pos < len;) {
+  if (from == 0) reset_context();
+  stats.prefilled = len - from;
+  for (int64_t pos = from; pos < len;) {
     std::string graph = pos + m_.prefill_chunk <= m_.max_context ? "target_prefill" : "target_verify";
     int64_t width = m_.graph(graph).io("tokens").shape[0], n = std::min(width, len - pos);
     std::vector<int64_t> ids(prompt.begin() + pos, prompt.begin() + pos + n);
@@ -413,10 +422,12 @@ CostCurve Runner::profile(const std::vector<int64_t>& contexts, int64_t repeats)
   }
   reset_context();
   committed_ = 0;
+  kept_tokens_.clear();
+  drafter_rows_ = -1;
   return curve;
 }
 
-Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg) {
+Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg, bool reuse) {
   check_prompt(prompt);
   if (cfg.max_new_tokens < 1) throw std::invalid_argument("--max-new-tokens must be >= 1");
   const auto& widths = m_.verify_widths;
@@ -438,9 +449,12 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   Outputs target_out, draft_out;
   std::vector<int64_t> history(prompt);  // the prompt and every emitted token: ends with the anchor
 
-  // 1. prefill: every prompt row into the cache and the drafter
+  // 1. prefill: every prompt row into the cache and the drafter (with reuse, those the context does not hold yet)
+  const int64_t from = reuse ? reusable(prompt, uses_drafter) : 0;
+  kept_tokens_.clear();  // until this generation ends, nothing is known kept (an error leaves nothing to reuse)
+  drafter_rows_ = -1;
   auto t0 = Clock::now();
-  prefill(prompt, uses_drafter, stats, target_out);
+  prefill(prompt, uses_drafter, stats, target_out, from);
   stats.prefill_s = seconds_since(t0);
   stats.decoding = true;
 
@@ -517,6 +531,8 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   }
   if (uses_drafter) flush(stats);  // the drafter's context holds every committed row
   stats.decode_s = seconds_since(t1);
+  kept_tokens_.assign(history.begin(), history.begin() + committed_);
+  drafter_rows_ = uses_drafter ? committed_ : -1;
   if (uses_drafter) stats.drafter_context_bytes = context_bytes(pos);
   return stats;
 }

@@ -31,6 +31,7 @@ struct GenerationConfig {
 
 struct Stats {
   int64_t prompt_tokens = 0, rounds = 0;
+  int64_t prefilled = 0;  // prompt tokens run through the target (fewer when a conversation's prefix was reused)
   std::vector<int64_t> tokens, accepted_per_slot;
   std::map<std::string, double> graph_ms;  // summed; reported as the mean per call
   std::map<std::string, int64_t> graph_calls;
@@ -65,7 +66,9 @@ class Runner {
   // LLM custom ops); a program whose verify blocks attend in one call is refused with ExecuTorch's.
   // Throws ArtifactError / std::runtime_error.
   Runner(const std::string& folder, const std::string& kernels);
-  Stats generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg);
+  // reuse: keep what the committed context shares with `prompt` and prefill only the rest (a conversation's next
+  // turn: the earlier turns and the reply as committed, then the new turn); the same tokens as without.
+  Stats generate(const std::vector<int64_t>& prompt, const GenerationConfig& cfg, bool reuse = false);
   // What each call costs this runner, as the width rule reads it, at each committed length in `contexts` (each
   // from 1 to the usable context - 1): a prompt of that length prefilled, then every call the loop makes
   // (target_decode, each verify width, draft_read, state_commit + window_shift) made at that position `repeats`
@@ -91,6 +94,10 @@ class Runner {
   std::map<std::string, std::unique_ptr<Buffer>> state_;
   std::map<std::string, Call> calls_;
   int64_t committed_ = 0;
+  // What a next turn may keep: the ids in committed rows 0.., and how many of them the drafter's context holds
+  // (-1: none; its memory cannot forget, so a reused prefix must be all of it or nothing)
+  std::vector<int64_t> kept_tokens_;
+  int64_t drafter_rows_ = -1;
   std::vector<float> last_logits_;
   Calibration calibration_;  // the drafter's hybrid tables, for the width rule's chains
   std::vector<float> pending_;  // a resting drafter's committed feature rows, folded up to 8 at a time
@@ -110,9 +117,13 @@ class Runner {
   void pend(const float* row, int64_t pos, Stats& stats);
   void flush(Stats& stats);
   void reset_context();
-  // the prompt through target_prefill in chunks (target_verify where a chunk would pass the cache's end), every
-  // row folded into the drafter when uses_drafter; leaves the last row's logits in last_logits_
-  void prefill(const std::vector<int64_t>& prompt, bool uses_drafter, Stats& stats, Outputs& keep);
+  // how many leading rows `prompt` can keep: its common prefix with the kept ids, short of its last token (which
+  // must run to give the first logits); with the drafter, all the rows its context holds or none
+  int64_t reusable(const std::vector<int64_t>& prompt, bool uses_drafter) const;
+  // the prompt from row `from` (rows before it kept) through target_prefill in chunks (target_verify where a chunk
+  // would pass the cache's end), every row folded into the drafter when uses_drafter; leaves the last row's logits
+  // in last_logits_
+  void prefill(const std::vector<int64_t>& prompt, bool uses_drafter, Stats& stats, Outputs& keep, int64_t from = 0);
   void check_room(int64_t pos, int64_t width) const;
   void check_prompt(const std::vector<int64_t>& prompt) const;
   std::vector<int64_t> stop(const std::vector<int64_t>& fresh, Stats& stats, const GenerationConfig& cfg,
