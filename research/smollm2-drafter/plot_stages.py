@@ -25,6 +25,9 @@ STAGES = {
     "12": ("chat_bench_smollm2_candidate_longer.json", "smol-hf-fp32-longer", False),
     "13": ("chat_bench_smollm2_candidate_asks2.json", "smol-hf-fp32-asks2", False),
     "14": ("chat_bench_smollm2_candidate_gamma2.json", "smol-hf-fp32-gamma2", True),
+    "15": ("chat_bench_smollm2_candidate_soft.json", "smol-hf-fp32-soft", False),
+    "15b": ("chat_bench_smollm2_candidate_soft05b.json", "smol-hf-fp32-soft05b", False),
+    "16": ("chat_bench_smollm2_candidate_soft05c.json", "smol-hf-fp32-soft05c", True),
 }
 
 

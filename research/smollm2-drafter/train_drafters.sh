@@ -14,6 +14,7 @@
 # HORIZON=N anchors only in each answer's first N tokens (the chat bench stops at 128 new tokens).
 # GAMMA=G weighs slot k's loss exp(-(k-1)/G) (train-drafter's default 4).
 # SOFT=S puts share S of each slot's loss on the target's whole distribution (soft labels, from the cache).
+# SEED=N draws other batches and anchors (a continuation with the seed of the run it continues replays its batches).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HF=.venv/bin/hyflash
@@ -29,7 +30,7 @@ common=(--target smollm2-135m-instruct --data "${data[@]}" --steps "$STEPS" --ba
         --anchors 48 --lr "${LR:-1e-3}" --warmup "${WARMUP:-100}" --eval-every 100 --eval-rows 16
         --checkpoint-every 50 --threads "${THREADS:-2}" --device "${DEVICE:-cpu}" $stop $init
         ${NO_CACHE:+--no-feature-cache} ${LOOKUP:+--lookup-input} ${HORIZON:+--answer-horizon $HORIZON} ${GAMMA:+--slot-gamma $GAMMA}
-        ${SOFT:+--soft-labels $SOFT})
+        ${SOFT:+--soft-labels $SOFT} ${SEED:+--seed $SEED})
 for name in $WHICH; do
   case $name in
     hyflash) if [ -n "${INIT_FROM:-}" ]; then  # the architecture comes with the weights
