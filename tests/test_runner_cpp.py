@@ -15,6 +15,7 @@ from hyflash.models.widths import CostCurve
 from hyflash.runtime_py.bench import BenchConfig, make_prompts, source_texts
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import verify_graph
+from hyflash.runtime_py.native import run_conversation
 from hyflash.runtime_py.sampling import Sampling
 from hyflash.runtime_py.verifying import read_costs, write_costs
 
@@ -93,12 +94,7 @@ def test_a_conversation_keeps_its_context_as_the_python_runtime(runner, both_for
             list(runtime.generate(prompts[-1], cfg, stats, reuse=True))
             expected.append(stats)
             prompts.append(prompts[-1] + stats.tokens + more if turn == 0 else first[:6] + rewrite)
-        out = subprocess.run([str(runner), str(both_formats), "--conversation", "--json", "--max-new-tokens", "10",
-                              "--ignore-eos", "--draft", draft], input="".join(",".join(map(str, p)) + "\n"
-                                                                              for p in prompts[:3]),
-                             capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        runs = [json.loads(line) for line in out.stdout.splitlines()]
+        runs = run_conversation(both_formats, prompts[:3], 10, draft=draft, runner=runner, ignore_eos=True)
         assert [r["tokens"] for r in runs] == [s.tokens for s in expected]
         assert [(r["rounds"], r["graph_calls"], r["prefilled"]) for r in runs] == \
             [(s.rounds, dict(s.graph_calls), s.prefilled) for s in expected]

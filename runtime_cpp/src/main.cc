@@ -256,10 +256,12 @@ int converse(hyflash::Runner& runner, Args& a, size_t threads) {
   const uint64_t seed = a.cfg.seed;
   int64_t turn = 0;
   for (std::string line; std::getline(std::cin, line);) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const size_t start = line.find_first_not_of(" \t\r");
+    if (start == std::string::npos) continue;  // a blank line
     std::vector<int64_t> prompt;
     try {
-      prompt = parse_ids("turn " + std::to_string(turn + 1), line.substr(0, line.find_last_not_of(" \t\r") + 1));
+      prompt = parse_ids("turn " + std::to_string(turn + 1),
+                         line.substr(start, line.find_last_not_of(" \t\r") + 1 - start));
     } catch (const UsageError& e) {
       throw std::invalid_argument(std::string(e.what()) + " (each line: the conversation's ids, comma-separated)");
     }

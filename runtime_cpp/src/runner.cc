@@ -353,7 +353,7 @@ int64_t Runner::reusable(const std::vector<int64_t>& prompt, bool uses_drafter) 
   const size_t most = std::min(kept_tokens_.size(), prompt.size() - 1);
   const int64_t n = std::mismatch(kept_tokens_.begin(), kept_tokens_.begin() + most, prompt.begin()).first -
                     kept_tokens_.begin();
-  return uses_drafter && n != drafter_rows_ ? 0 : n;
+  return uses_drafter && !(drafter_kept_ && n == static_cast<int64_t>(kept_tokens_.size())) ? 0 : n;
 }
 
 void Runner::prefill(const std::vector<int64_t>& prompt, bool uses_drafter, Stats& stats, Outputs& keep,
@@ -423,7 +423,7 @@ CostCurve Runner::profile(const std::vector<int64_t>& contexts, int64_t repeats)
   reset_context();
   committed_ = 0;
   kept_tokens_.clear();
-  drafter_rows_ = -1;
+  drafter_kept_ = false;
   return curve;
 }
 
@@ -452,7 +452,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   // 1. prefill: every prompt row into the cache and the drafter (with reuse, those the context does not hold yet)
   const int64_t from = reuse ? reusable(prompt, uses_drafter) : 0;
   kept_tokens_.clear();  // until this generation ends, nothing is known kept (an error leaves nothing to reuse)
-  drafter_rows_ = -1;
+  drafter_kept_ = false;
   auto t0 = Clock::now();
   prefill(prompt, uses_drafter, stats, target_out, from);
   stats.prefill_s = seconds_since(t0);
@@ -532,7 +532,7 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   if (uses_drafter) flush(stats);  // the drafter's context holds every committed row
   stats.decode_s = seconds_since(t1);
   kept_tokens_.assign(history.begin(), history.begin() + committed_);
-  drafter_rows_ = uses_drafter ? committed_ : -1;
+  drafter_kept_ = uses_drafter;
   if (uses_drafter) stats.drafter_context_bytes = context_bytes(pos);
   return stats;
 }

@@ -94,10 +94,10 @@ class Runner {
   std::map<std::string, std::unique_ptr<Buffer>> state_;
   std::map<std::string, Call> calls_;
   int64_t committed_ = 0;
-  // What a next turn may keep: the ids in committed rows 0.., and how many of them the drafter's context holds
-  // (-1: none; its memory cannot forget, so a reused prefix must be all of it or nothing)
+  // What a next turn may keep: the ids in committed rows 0.., and whether the drafter's context holds all of them
+  // (its memory cannot forget, so with the drafter a reused prefix must be all of it or nothing)
   std::vector<int64_t> kept_tokens_;
-  int64_t drafter_rows_ = -1;
+  bool drafter_kept_ = false;
   std::vector<float> last_logits_;
   Calibration calibration_;  // the drafter's hybrid tables, for the width rule's chains
   std::vector<float> pending_;  // a resting drafter's committed feature rows, folded up to 8 at a time
