@@ -110,6 +110,31 @@ def test_a_conversation_keeps_its_context_as_the_python_runtime(runner, both_for
     assert out.returncode == 2 and "drop --prompt-ids" in out.stderr.splitlines()[0]
 
 
+def test_a_conversation_under_the_rule_keeps_its_account_as_the_python_runtime(runner, both_formats, tmp_path):
+    """--conversation --width rule: a turn that continues the conversation keeps the rule's account (the drafter's
+    cool-down, the rate, the chains' correction), another conversation starts it afresh, as the Python runtime
+    does: the same widths, rested rounds and calls, turn by turn."""
+    import test_widths
+
+    folder = test_widths._with_costs(both_formats, tmp_path, "executorch", test_widths.DEAR_DRAFTER)
+    rng = np.random.default_rng(7)
+    first, more, other = (rng.integers(3, 96, n).tolist() for n in (19, 4, 15))
+    for draft in ("model", "prompt-lookup"):
+        runtime = Runtime(folder, "executorch")
+        cfg = GenerationConfig(max_new_tokens=40, ignore_eos=True, draft=draft, width="rule")
+        prompts, expected = [first], []
+        for turn in range(3):
+            stats = Stats()
+            list(runtime.generate(prompts[-1], cfg, stats, reuse=True))
+            expected.append(stats)
+            prompts.append(prompts[-1] + stats.tokens + more if turn == 0 else other)
+        runs = run_conversation(folder, prompts[:3], 40, draft=draft, runner=runner, ignore_eos=True, width="rule")
+        assert [(r["tokens"], r["rounds"], r["rested_rounds"], r["widths"], r["graph_calls"]) for r in runs] == \
+            [(s.tokens, s.rounds, s.rested_rounds, {str(w): n for w, n in s.widths.items() if n}, dict(s.graph_calls))
+             for s in expected]
+        assert runs[1]["prefilled"] == len(more) + 1 and runs[2]["prefilled"] == len(other)
+
+
 @pytest.mark.parametrize("costs", ["MIXED", "NARROW", "DEAR_DRAFTER"])
 def test_the_width_rule_picks_the_python_runtimes_widths(runner, both_formats, tmp_path, costs):
     """--width rule, on the same programs and costs: the Python runtime's rule round for round (the same widths,

@@ -13,7 +13,7 @@ from hyflash.export.validate import target_calls
 from hyflash.models.hybrid import calibration, drafter_chain, lookup_chain
 from hyflash.models.loading import load_target
 from hyflash.models.widths import CostCurve, Costs, WidthRule, best_width, expected_tokens
-from hyflash.runtime_py.loop import Runtime
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 from hyflash.runtime_py.manifest import ArtifactError, load_manifest, seal, verify_graph
 from hyflash.runtime_py.sampling import Sampling
 from hyflash.runtime_py.verifying import COSTS_FILE, write_costs
@@ -242,6 +242,36 @@ def test_a_resting_drafter_still_folds_every_committed_row_once(both_formats, qw
     with torch.no_grad():
         _, feats = load_target(qwen3_dir)(torch.tensor([sequence[:-1]]))
     np.testing.assert_allclose(rows, feats[0].numpy(), atol=1e-4)
+
+
+def test_the_rule_goes_on_across_a_conversations_turns(both_formats, tmp_path):
+    """A turn that continues the conversation (every committed row kept) keeps the rule's account: after a turn
+    that rested the drafter ever longer, the next probes it less often than a rule started afresh on the same
+    prompt. Another conversation, or another drafting, starts afresh. Tokens stay target-only's."""
+    folder = _with_costs(both_formats, tmp_path, "onnxruntime", DEAR_DRAFTER)
+    kw = dict(max_new_tokens=40, ignore_eos=True, width="rule")
+    rng = np.random.default_rng(3)
+    first = rng.integers(3, 96, 21).tolist()
+
+    def turn(runtime, prompt, draft="model"):
+        stats = Stats()
+        list(runtime.generate(prompt, GenerationConfig(draft=draft, **kw), stats, reuse=True))
+        return stats
+
+    kept = Runtime(folder)
+    one = turn(kept, first)
+    second = first + one.tokens + rng.integers(3, 96, 4).tolist()
+    two, afresh = turn(kept, second), turn(Runtime(folder), second)
+    plain, _ = generate(Runtime(folder), second, max_new_tokens=40, ignore_eos=True, draft="none")
+    assert two.tokens == afresh.tokens == plain
+    assert two.prefilled == 5 and afresh.prefilled == len(second)
+    assert two.graph_calls.get("draft_read", 0) < afresh.graph_calls["draft_read"]
+    other = rng.integers(3, 96, 17).tolist()  # another conversation on the same runtime
+    three = turn(kept, other)
+    assert three.graph_calls == turn(Runtime(folder), other).graph_calls
+    then = other + three.tokens + [5, 6]  # it goes on, drafting by prompt-lookup: lookup's rule starts afresh
+    lookup, lookup_afresh = turn(kept, then, "prompt-lookup"), turn(Runtime(folder), then, "prompt-lookup")
+    assert lookup.prefilled == 3 and (lookup.widths, lookup.rounds) == (lookup_afresh.widths, lookup_afresh.rounds)
 
 
 def test_sampled_loop_keeps_the_target_distribution_at_a_narrow_width(both_formats, qwen3_dir):

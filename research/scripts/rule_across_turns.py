@@ -1,0 +1,99 @@
+"""Does the width rule gain from keeping its account across a conversation's turns?
+
+The runtime keeps the rule's account (its rate, the drafter's cool-down, the chains' corrections) from one turn
+to the next when the turn continues the conversation (docs/design.md, "Verify widths"). This runs each
+multi-turn conversation of the held-out set twice per export and drafting mode, in alternating order: as the
+runtime does ("kept"), and with the account started afresh at every turn ("afresh", the runtime before it
+kept it: its remembered policy dropped before each turn). Same tokens both ways (checked); the figure is
+decode tokens/s on the turns after the first, where the two can differ, and on all turns.
+
+    .venv/bin/python research/scripts/rule_across_turns.py fp32=runs/exports/smol-hf-fp32-soft05c \\
+        int8c=runs/exports/smol-hf-int8c --threads 2 --out research/smollm2-drafter/results/rule_across_turns.json
+    .venv/bin/python research/scripts/rule_across_turns.py int4-pte=runs/exports/smol-pte-int4 --backend executorch \
+        --threads 2 --out research/smollm2-drafter/results/rule_across_turns_pte_int4.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from hyflash.runtime_py.chat import Conversation
+from hyflash.runtime_py.chatbench import machine, read_chats
+from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+
+
+def converse(runtime: Runtime, tokenizer, turns: list[str], mode: str, max_new: int, afresh: bool) -> list[Stats]:
+    draft, _, width = mode.partition("@")
+    conversation = Conversation(runtime, tokenizer, GenerationConfig(max_new_tokens=max_new, draft=draft,
+                                                                     width=width or "full"))
+    out = []
+    for message in turns:
+        if afresh:
+            runtime._policy_for = None  # the runtime's remembered policy forgotten: the rule starts afresh
+        stats = Stats()
+        for _ in conversation.turn(message, stats):
+            pass
+        out.append(stats)
+    return out
+
+
+def pooled(stats: list[Stats]) -> dict:
+    tokens = sum(len(s.tokens) - 1 for s in stats)  # decode tokens: the first comes from prefill
+    seconds = sum(s.decode_s for s in stats)
+    return {"turns": len(stats), "decode_tokens": tokens, "decode_s": seconds, "tokens_per_s": tokens / seconds,
+            "tau": sum(len(s.tokens) for s in stats) / max(1, sum(s.rounds for s in stats)),
+            "draft_reads": sum(s.graph_calls.get("draft_read", 0) for s in stats),
+            "rested_rounds": sum(s.rested_rounds for s in stats)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("exports", nargs="+", help="label=folder, each with its backend's costs written")
+    ap.add_argument("--chat", default="data/chat/heldout.jsonl")
+    ap.add_argument("--category", default="multi-turn")
+    ap.add_argument("--modes", default="model@rule,prompt-lookup@rule")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="each conversation this many times an arm; which arm goes first alternates")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--backend", default="onnxruntime", help="onnxruntime or executorch (a .pte export)")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    chats = [c for c in read_chats(Path(args.chat)) if c["category"] == args.category]
+    report = {"machine": machine(args.threads), "backend": args.backend, "chat": args.chat, "category": args.category,
+              "conversations": len(chats), "max_new_tokens": args.max_new_tokens, "exports": {}}
+    for spec in args.exports:
+        label, _, folder = spec.partition("=")
+        runtime = Runtime(folder, args.backend, args.threads)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        rows = {}
+        for mode in ["none", *args.modes.split(",")]:
+            arms = {"kept": [], "afresh": []} if mode != "none" else {"kept": []}
+            for r in range(args.repeats):
+                for i, chat in enumerate(chats):
+                    order = list(arms) if (r + i) % 2 == 0 else list(reversed(arms))
+                    runs = {arm: converse(runtime, tokenizer, chat["turns"], mode, args.max_new_tokens,
+                                          arm == "afresh") for arm in order}
+                    for arm, stats in runs.items():
+                        arms[arm].append(stats)
+                    if mode != "none":
+                        assert [s.tokens for s in runs["kept"]] == [s.tokens for s in runs["afresh"]], (mode, i)
+                    print(f"{label} {mode} repeat {r + 1} conversation {i + 1}/{len(chats)}", flush=True)
+            rows[mode] = {arm: {"later_turns": pooled([s for conv in convs for s in conv[1:]]),
+                                "all_turns": pooled([s for conv in convs for s in conv])}
+                          for arm, convs in arms.items()}
+            for arm, row in rows[mode].items():
+                print(f"  {mode:22} {arm:7} later turns {row['later_turns']['tokens_per_s']:6.1f} tok/s, "
+                      f"all {row['all_turns']['tokens_per_s']:6.1f}, draft_read {row['all_turns']['draft_reads']}",
+                      flush=True)
+        report["exports"][label] = {"folder": folder, "modes": rows}
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
