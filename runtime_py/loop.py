@@ -133,7 +133,6 @@ class Runtime:
         self._pending_pos = 0
         self._rested = False  # the last round was a plain step with the drafter resting
         self._costs = None  # the cost curve (costs.json), read when the width rule first needs it
-        self._policy, self._policy_for = None, None  # the last generation's width policy, and its (width, draft)
 
     def _bind(self, graph: str, pool_in: dict, pool_out: dict, cache: TargetCache | None = None) -> Call:
         """Bind a graph's inputs and outputs, by name, to arrays of the pools (allocated once)."""
@@ -340,14 +339,12 @@ class Runtime:
         drafting = drafting_for(cfg.draft, self, draft_cost)
         self._phase = "prefill/"
         t0 = time.perf_counter()
-        committed = len(self.cache.tokens)
         logits = self.prefill(prompt, drafting is not None and drafting.uses_drafter, stats, reuse)  # 1. prefill
         stats.prefill_s = time.perf_counter() - t0
         self._phase = ""
         pos = len(prompt)  # the anchor's position: rows < pos are committed
         limit = min(self.usable_context, len(prompt) + cfg.max_new_tokens)
-        kept = len(prompt) - stats.prefilled
-        policy = self._width_policy(cfg, drafting, len(prompt), 0 < kept == committed)
+        policy = policy_for(cfg.width, self, drafting, len(prompt)) if drafting is not None else None
         anchor = choose(logits, cfg.sampling, rng)
         new = self._stop([anchor], stats, cfg, len(prompt), limit)
         history = np.empty(limit, np.int64)  # prompt + output, for prompt-lookup: filled in place, never rebuilt
@@ -376,16 +373,6 @@ class Runtime:
                 self.flush(stats)  # the drafter's context holds every committed row (a next turn may reuse it)
             stats.decode_s = time.perf_counter() - t1
             stats.drafter_context_bytes = self.context_bytes(pos) if drafting and drafting.uses_drafter else {}
-
-    def _width_policy(self, cfg: GenerationConfig, drafting, start: int, continues: bool):
-        """This generation's width policy (None for target-only). The width rule's account (its rate, the drafter's
-        cool-down, the chains' corrections) goes on from the last generation when this one continues its
-        conversation: the same width and drafting, and the prompt keeps every row that one committed."""
-        key = (cfg.width, cfg.draft) if drafting is not None else None
-        if key is None or not (continues and self._policy_for == key):
-            self._policy = policy_for(cfg.width, self, drafting, start) if key is not None else None
-        self._policy_for = key
-        return self._policy
 
     def round(self, drafting, policy, history: np.ndarray, anchor: int, pos: int, sampling: Sampling,
               rng: np.random.Generator, stats: Stats) -> list[int]:

@@ -110,10 +110,9 @@ def test_a_conversation_keeps_its_context_as_the_python_runtime(runner, both_for
     assert out.returncode == 2 and "drop --prompt-ids" in out.stderr.splitlines()[0]
 
 
-def test_a_conversation_under_the_rule_keeps_its_account_as_the_python_runtime(runner, both_formats, tmp_path):
-    """--conversation --width rule: a turn that continues the conversation keeps the rule's account (the drafter's
-    cool-down, the rate, the chains' correction), another conversation starts it afresh, as the Python runtime
-    does: the same widths, rested rounds and calls, turn by turn."""
+def test_a_conversation_under_the_rule_decides_as_the_python_runtime(runner, both_formats, tmp_path):
+    """--conversation --width rule: each turn's widths, rested rounds and calls are the Python runtime's in the same
+    conversation (the context kept between turns, each turn's rule started afresh), and so its tokens."""
     import test_widths
 
     folder = test_widths._with_costs(both_formats, tmp_path, "executorch", test_widths.DEAR_DRAFTER)

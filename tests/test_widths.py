@@ -244,34 +244,32 @@ def test_a_resting_drafter_still_folds_every_committed_row_once(both_formats, qw
     np.testing.assert_allclose(rows, feats[0].numpy(), atol=1e-4)
 
 
-def test_the_rule_goes_on_across_a_conversations_turns(both_formats, tmp_path):
-    """A turn that continues the conversation (every committed row kept) keeps the rule's account: after a turn
-    that rested the drafter ever longer, the next probes it less often than a rule started afresh on the same
-    prompt. Another conversation, or another drafting, starts afresh. Tokens stay target-only's."""
+def test_each_turn_of_a_conversation_starts_the_rule_afresh(both_formats, tmp_path):
+    """A conversation's next turn keeps the context (only its new rows prefilled) but not the rule's account: it
+    decides as a runtime that never ran the turn before would (keeping the account was measured and did not pay:
+    docs/results-smollm2.md, "The width rule across a conversation's turns"). Tokens stay target-only's."""
     folder = _with_costs(both_formats, tmp_path, "onnxruntime", DEAR_DRAFTER)
-    kw = dict(max_new_tokens=40, ignore_eos=True, width="rule")
     rng = np.random.default_rng(3)
     first = rng.integers(3, 96, 21).tolist()
 
-    def turn(runtime, prompt, draft="model"):
+    def turn(runtime, prompt):
         stats = Stats()
-        list(runtime.generate(prompt, GenerationConfig(draft=draft, **kw), stats, reuse=True))
+        cfg = GenerationConfig(max_new_tokens=40, ignore_eos=True, width="rule", draft="model")
+        list(runtime.generate(prompt, cfg, stats, reuse=True))
         return stats
 
     kept = Runtime(folder)
     one = turn(kept, first)
+    assert one.rested_rounds > 0  # the turn ends with the drafter resting
     second = first + one.tokens + rng.integers(3, 96, 4).tolist()
     two, afresh = turn(kept, second), turn(Runtime(folder), second)
     plain, _ = generate(Runtime(folder), second, max_new_tokens=40, ignore_eos=True, draft="none")
     assert two.tokens == afresh.tokens == plain
     assert two.prefilled == 5 and afresh.prefilled == len(second)
-    assert two.graph_calls.get("draft_read", 0) < afresh.graph_calls["draft_read"]
-    other = rng.integers(3, 96, 17).tolist()  # another conversation on the same runtime
-    three = turn(kept, other)
-    assert three.graph_calls == turn(Runtime(folder), other).graph_calls
-    then = other + three.tokens + [5, 6]  # it goes on, drafting by prompt-lookup: lookup's rule starts afresh
-    lookup, lookup_afresh = turn(kept, then, "prompt-lookup"), turn(Runtime(folder), then, "prompt-lookup")
-    assert lookup.prefilled == 3 and (lookup.widths, lookup.rounds) == (lookup_afresh.widths, lookup_afresh.rounds)
+    def decoding(s):  # the rounds and their calls (prefill's differ: one kept the context)
+        return s.rounds, s.rested_rounds, s.widths, {g: n for g, n in s.graph_calls.items() if "/" not in g}
+
+    assert decoding(two) == decoding(afresh)
 
 
 def test_sampled_loop_keeps_the_target_distribution_at_a_narrow_width(both_formats, qwen3_dir):

@@ -1,15 +1,16 @@
-"""Does the width rule gain from keeping its account across a conversation's turns?
+"""Would the width rule gain from keeping its account across a conversation's turns?
 
-The runtime keeps the rule's account (its rate, the drafter's cool-down, the chains' corrections) from one turn
-to the next when the turn continues the conversation (docs/design.md, "Verify widths"). This runs each
-multi-turn conversation of the held-out set twice per export and drafting mode, in alternating order: as the
-runtime does ("kept"), and with the account started afresh at every turn ("afresh", the runtime before it
-kept it: its remembered policy dropped before each turn). Same tokens both ways (checked); the figure is
-decode tokens/s on the turns after the first, where the two can differ, and on all turns.
+Each turn of a conversation starts the width rule afresh: its rate from plain decoding's, the drafter not
+resting, the chains' corrections at 1 (docs/design.md, "Verify widths"). This runs each multi-turn
+conversation of the held-out set twice per export and drafting mode, which arm first alternating: as the
+runtime does ("afresh"), and with the account of the turn before kept ("kept": the runtime's width policy
+handed from one turn to the next of the conversation, whose context is kept). Same tokens both ways
+(checked); the figure is decode tokens/s on the turns after the first, where the two can differ.
+(Commit 9bdacb3 built "kept" into both runtimes; measured with it, it was reverted.)
 
     .venv/bin/python research/scripts/rule_across_turns.py fp32=runs/exports/smol-hf-fp32-soft05c \\
         int8c=runs/exports/smol-hf-int8c --threads 2 --out research/smollm2-drafter/results/rule_across_turns.json
-    .venv/bin/python research/scripts/rule_across_turns.py int4-pte=runs/exports/smol-pte-int4 --backend executorch \
+    .venv/bin/python research/scripts/rule_across_turns.py int4-pte=runs/exports/smol-pte-int4 --backend executorch \\
         --threads 2 --out research/smollm2-drafter/results/rule_across_turns_pte_int4.json
 """
 
@@ -21,23 +22,34 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from hyflash.runtime_py import loop
 from hyflash.runtime_py.chat import Conversation
 from hyflash.runtime_py.chatbench import machine, read_chats
 from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
 
 
-def converse(runtime: Runtime, tokenizer, turns: list[str], mode: str, max_new: int, afresh: bool) -> list[Stats]:
+def converse(runtime: Runtime, tokenizer, turns: list[str], mode: str, max_new: int, kept: bool) -> list[Stats]:
     draft, _, width = mode.partition("@")
     conversation = Conversation(runtime, tokenizer, GenerationConfig(max_new_tokens=max_new, draft=draft,
                                                                      width=width or "full"))
-    out = []
-    for message in turns:
-        if afresh:
-            runtime._policy_for = None  # the runtime's remembered policy forgotten: the rule starts afresh
-        stats = Stats()
-        for _ in conversation.turn(message, stats):
-            pass
-        out.append(stats)
+    made = loop.policy_for
+    policies = []
+
+    def policy_for(*args):  # the turn's policy; with `kept`, the first turn's, handed on
+        policies.append(policies[-1] if kept and policies else made(*args))
+        return policies[-1]
+
+    loop.policy_for = policy_for
+    try:
+        out = []
+        for message in turns:
+            stats = Stats()
+            for _ in conversation.turn(message, stats):
+                pass
+            out.append(stats)
+            assert stats.prefilled < stats.prompt_tokens or len(out) == 1  # the context was kept
+    finally:
+        loop.policy_for = made
     return out
 
 
@@ -72,12 +84,12 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         rows = {}
         for mode in ["none", *args.modes.split(",")]:
-            arms = {"kept": [], "afresh": []} if mode != "none" else {"kept": []}
+            arms = {"afresh": [], "kept": []} if mode != "none" else {"afresh": []}
             for r in range(args.repeats):
                 for i, chat in enumerate(chats):
                     order = list(arms) if (r + i) % 2 == 0 else list(reversed(arms))
                     runs = {arm: converse(runtime, tokenizer, chat["turns"], mode, args.max_new_tokens,
-                                          arm == "afresh") for arm in order}
+                                          arm == "kept") for arm in order}
                     for arm, stats in runs.items():
                         arms[arm].append(stats)
                     if mode != "none":

@@ -437,26 +437,20 @@ Stats Runner::generate(const std::vector<int64_t>& prompt, const GenerationConfi
   stats.prompt_tokens = static_cast<int64_t>(prompt.size());
   Rng rng(cfg.seed);
   const int64_t vocab = m_.vocab, block = m_.block, len = stats.prompt_tokens;
+  // the width rule: this device's costs, read before anything runs
+  std::unique_ptr<WidthRule> rule;
   const bool has_confidence = m_.graph("draft_read").has("confidence");
   const bool uses_drafter = cfg.draft && !cfg.lookup;  // the drafter's context is kept (prefill and commits fold)
-  const int64_t from = reuse ? reusable(prompt, uses_drafter) : 0;
-  // the width rule: this device's costs, read before anything runs. Its account goes on from the last generation
-  // when this one continues that conversation (the same drafting, every row it committed kept), as in runtime_py.
-  const bool continues = from > 0 && from == static_cast<int64_t>(kept_tokens_.size());
-  if (!cfg.draft || !cfg.rule) {
-    rule_.reset();
-  } else {
+  if (cfg.draft && cfg.rule) {
     CostCurve curve = read_costs(m_.folder, widths);
     stats.costs_file = curve.file;
-    if (!(continues && rule_ && rule_lookup_ == cfg.lookup))
-      rule_ = std::make_unique<WidthRule>(std::move(curve), len, uses_drafter);
-    rule_lookup_ = cfg.lookup;
+    rule = std::make_unique<WidthRule>(std::move(curve), len, uses_drafter);
   }
-  WidthRule* rule = rule_.get();
   Outputs target_out, draft_out;
   std::vector<int64_t> history(prompt);  // the prompt and every emitted token: ends with the anchor
 
   // 1. prefill: every prompt row into the cache and the drafter (with reuse, those the context does not hold yet)
+  const int64_t from = reuse ? reusable(prompt, uses_drafter) : 0;
   kept_tokens_.clear();  // until this generation ends, nothing is known kept (an error leaves nothing to reuse)
   drafter_kept_ = false;
   auto t0 = Clock::now();

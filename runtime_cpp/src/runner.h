@@ -99,10 +99,6 @@ class Runner {
   std::vector<int64_t> kept_tokens_;
   bool drafter_kept_ = false;
   std::vector<float> last_logits_;
-  // the width rule of the last generation, if it ran one, and its drafting (lookup or the drafter): a next turn
-  // that continues it keeps its account
-  std::unique_ptr<WidthRule> rule_;
-  bool rule_lookup_ = false;
   Calibration calibration_;  // the drafter's hybrid tables, for the width rule's chains
   std::vector<float> pending_;  // a resting drafter's committed feature rows, folded up to 8 at a time
   int64_t pending_pos_ = 0, pending_rows_ = 0;
