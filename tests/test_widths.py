@@ -260,12 +260,13 @@ def test_each_turn_of_a_conversation_starts_the_rule_afresh(both_formats, tmp_pa
 
     kept = Runtime(folder)
     one = turn(kept, first)
-    assert one.rested_rounds > 0  # the turn ends with the drafter resting
+    assert one.rested_rounds > 0  # the drafter rested: the account a next turn could have kept
     second = first + one.tokens + rng.integers(3, 96, 4).tolist()
     two, afresh = turn(kept, second), turn(Runtime(folder), second)
     plain, _ = generate(Runtime(folder), second, max_new_tokens=40, ignore_eos=True, draft="none")
     assert two.tokens == afresh.tokens == plain
     assert two.prefilled == 5 and afresh.prefilled == len(second)
+
     def decoding(s):  # the rounds and their calls (prefill's differ: one kept the context)
         return s.rounds, s.rested_rounds, s.widths, {g: n for g, n in s.graph_calls.items() if "/" not in g}
 
