@@ -57,7 +57,7 @@ def pooled(stats: list[Stats]) -> dict:
     tokens = sum(len(s.tokens) - 1 for s in stats)  # decode tokens: the first comes from prefill
     seconds = sum(s.decode_s for s in stats)
     return {"turns": len(stats), "decode_tokens": tokens, "decode_s": seconds, "tokens_per_s": tokens / seconds,
-            "tau": sum(len(s.tokens) for s in stats) / max(1, sum(s.rounds for s in stats)),
+            "tau": sum(len(s.tokens) for s in stats) / rounds if (rounds := sum(s.rounds for s in stats)) else None,
             "draft_reads": sum(s.graph_calls.get("draft_read", 0) for s in stats),
             "rested_rounds": sum(s.rested_rounds for s in stats)}
 
