@@ -22,34 +22,25 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from hyflash.runtime_py import loop
-from hyflash.runtime_py.chat import Conversation
+from hyflash.runtime_py import chatbench, loop
 from hyflash.runtime_py.chatbench import machine, read_chats
-from hyflash.runtime_py.loop import GenerationConfig, Runtime, Stats
+from hyflash.runtime_py.loop import Runtime, Stats
 
 
 def converse(runtime: Runtime, tokenizer, turns: list[str], mode: str, max_new: int, kept: bool) -> list[Stats]:
-    draft, _, width = mode.partition("@")
-    conversation = Conversation(runtime, tokenizer, GenerationConfig(max_new_tokens=max_new, draft=draft,
-                                                                     width=width or "full"))
-    made = loop.policy_for
-    policies = []
+    """chatbench's conversation, with `kept` the first turn's width policy handed on to every later turn."""
+    made, policies = loop.policy_for, []
 
-    def policy_for(*args):  # the turn's policy; with `kept`, the first turn's, handed on
-        policies.append(policies[-1] if kept and policies else made(*args))
+    def policy_for(*args):
+        policies.append(policies[-1] if policies else made(*args))
         return policies[-1]
 
-    loop.policy_for = policy_for
+    loop.policy_for = policy_for if kept else made
     try:
-        out = []
-        for message in turns:
-            stats = Stats()
-            for _ in conversation.turn(message, stats):
-                pass
-            out.append(stats)
-            assert stats.prefilled < stats.prompt_tokens or len(out) == 1  # the context was kept
+        out = chatbench.converse(runtime, tokenizer, turns, mode, max_new)
     finally:
         loop.policy_for = made
+    assert all(s.prefilled < s.prompt_tokens for s in out[1:])  # later turns kept the context
     return out
 
 
