@@ -28,6 +28,7 @@ STAGES = {
     "15": ("chat_bench_smollm2_candidate_soft.json", "smol-hf-fp32-soft", False),
     "15b": ("chat_bench_smollm2_candidate_soft05b.json", "smol-hf-fp32-soft05b", False),
     "16": ("chat_bench_smollm2_candidate_soft05c.json", "smol-hf-fp32-soft05c", True),
+    "18": ("chat_bench_smollm2_candidate_soft05e.json", "smol-hf-fp32-soft05e", True),
 }
 
 
