@@ -29,7 +29,8 @@ def trace_onnx(spec: GraphSpec, target, drafter, max_context: int):
     """
     module = graph_module(spec, target, drafter, "onnx")
     past, present = onnx_cache_specs(target, max_context) if spec.model == "target" else ((), ())
-    with warnings.catch_warnings(), quiet_loggers("torch.onnx"):
+    # onnx_ir warns of an empty attribute list (draft_read's scatter_add), which it then types as it should
+    with warnings.catch_warnings(), quiet_loggers("torch.onnx", "onnx_ir"):
         warnings.simplefilter("ignore")
         return torch.onnx.export(module, example_inputs(spec, past), dynamo=True, verbose=False,
                                  input_names=[t.name for t in (*spec.inputs, *past)],

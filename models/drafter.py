@@ -269,9 +269,11 @@ class Drafter(nn.Module):
 
     def materialize_head(self) -> None:
         """For export: a draft vocabulary's rows of the LM head as a tensor of their own, which a traced graph
-        holds as one constant weight instead of gathering the rows on every call. Numerically the same."""
+        holds as one constant weight instead of gathering the rows on every call, and the map from target ids
+        to head indices as a table (`head_index` then reads it, one gather). Numerically the same."""
         if self.cfg.draft_vocab:
             self.register_buffer("head_rows", self.lm_head[self.d2t].detach().clone(), persistent=False)
+            self.register_buffer("head_of", self.head_index(torch.arange(self.cfg.vocab_size)), persistent=False)
 
     def head(self, hn, prev, copy=None):
         """hn (..., d) normalised slot states, prev (...) previous-slot tokens -> logits (..., N). copy:
@@ -290,6 +292,8 @@ class Drafter(nn.Module):
         """Target ids -> their head indices (-1 for a token outside the draft vocabulary)."""
         if not self.cfg.draft_vocab:
             return tokens
+        if getattr(self, "head_of", None) is not None:
+            return self.head_of[tokens]
         index = torch.full((self.cfg.vocab_size,), -1, dtype=torch.long, device=tokens.device)
         index[self.d2t] = torch.arange(self.cfg.draft_vocab, device=tokens.device)
         return index[tokens]
@@ -325,11 +329,13 @@ class Drafter(nn.Module):
         hn, conf = self.slot_states(h)
         base = self.project(hn)  # (1, 7, N)
         conf = conf[0] if conf is not None else None  # (7,)
-        if cfg.lookup_input:  # each slot's lookup token gains its copy logit (a compare, not a scatter: one op)
+        if cfg.lookup_input:  # each slot's lookup token gains its copy logit where it is in the draft vocabulary:
+            # seven adds (a compare over the whole head costs ExecuTorch's portable kernels ~2 ms a call on
+            # SmolLM2); a token outside it adds 0.0 to its row's first logit, which leaves it as it was
             copy = self.copy_logits(hn, lookup_match)  # (1, 7)
-            ids = self.d2t if cfg.draft_vocab else torch.arange(cfg.vocab_size)  # the head's target ids
-            hit = lookup_tokens[:, None] == ids  # (7, N): none where the token is outside the draft vocabulary
-            base = base + torch.where(hit, copy[0][:, None], 0.0)[None]
+            index = self.head_index(lookup_tokens)  # (7,), -1 outside the draft vocabulary
+            value = torch.where(index >= 0, copy[0], 0.0).to(base.dtype)
+            base = base.scatter_add(-1, index.clamp(min=0)[None, :, None], value[None, :, None])
         # the Markov chain, unrolled: slot k's bias comes from slot k-1's token (the anchor for slot 1).
         # Kept 3-D, (1, 1, ·) per slot: five nodes a slot, and the bias a MatMul (int4 quantizes it)
         prev, tokens, logits = anchor_token[None], [], []  # prev: (1, 1)

@@ -1,5 +1,6 @@
 """The drafter: its training form equals its run-time form; the graphs' masking contract."""
 
+import copy
 import itertools
 
 import pytest
@@ -96,6 +97,11 @@ def _check_forms_agree(drafter, atol):
     sizes = [b - a for a, b in zip([0] + sizes, sizes)]
     with torch.no_grad():
         anchors, draft_tokens, rt_logits, rt_conf = run_time(drafter, features, tokens, sizes, max_context=64)
+        if drafter.cfg.draft_vocab:  # as exported: the head's rows and the id -> head index map as tables
+            exported = copy.deepcopy(drafter)
+            exported.materialize_head()
+            _, tokens_as_exported, logits_as_exported, _ = run_time(exported, features, tokens, sizes, max_context=64)
+            assert torch.equal(logits_as_exported, rt_logits) and torch.equal(tokens_as_exported, draft_tokens)
         prev = torch.cat([tokens[anchors][:, None], draft_tokens[:, :-1]], dim=1)
         scale = max(1.0, float(rt_logits.abs().max()))  # rounding grows with the values rounded
         found = None

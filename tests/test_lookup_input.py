@@ -11,7 +11,8 @@ from hyflash.models.lookup import lookup
 from hyflash.runtime_py.loop import Runtime, Stats
 from hyflash.runtime_py.manifest import load_manifest
 
-# suite time: an option the shipped drafters do not use; its export costs the fast suite 40 s
+# suite time: its exports cost the fast suite 40 s and more; the shipped SmolLM2 drafter reads the block, and
+# the fast suite checks its run-time form (as exported too) against its training form in tests/test_drafter.py
 pytestmark = pytest.mark.slow
 
 
@@ -54,18 +55,20 @@ def test_greedy_is_exact_and_the_drafts_read_the_block(request, backend):
 
 @pytest.mark.slow  # suite time: a training run and an export
 def test_a_draft_vocabulary_with_the_lookup_input_exports_and_stays_exact(qwen3_dir, tmp_path):
-    """--draft-vocab with --lookup-input: a lookup token outside the draft vocabulary keeps its input embedding
-    and gets no copy logit (it cannot be drafted); exported, validated and exact in the loop."""
+    """--draft-vocab with --lookup-input (the shipped SmolLM2 drafter's options): a lookup token outside the
+    draft vocabulary keeps its input embedding and gets no copy logit (it cannot be drafted); exported in both
+    formats, validated and exact in the loop on both backends."""
     from conftest import export_folder, random_drafter_folder
 
     folder = random_drafter_folder(qwen3_dir, tmp_path / "drafter", seed=7, scale=0.3, lookup_input=True,
                                    draft_vocab=48)
-    out = export_folder(qwen3_dir, folder, tmp_path / "onnx", "onnx")
-    assert [r for r in summarize(validate(out)) if not r.ok] == []
-    runtime = Runtime(out)
+    out = export_folder(qwen3_dir, folder, tmp_path / "both", "both")
+    rows = summarize(validate(out))
+    assert {r.backend for r in rows} == {"onnxruntime", "executorch"} and [r for r in rows if not r.ok] == []
     rng = np.random.default_rng(5)
     phrase = rng.integers(3, 96, 9).tolist()
     prompt = rng.integers(3, 96, 12).tolist() + phrase + rng.integers(3, 96, 6).tolist() + phrase[:4]
     assert any(t >= 48 for t in phrase) and any(t < 48 for t in phrase)  # lookup proposes tokens both sides
-    out_tokens = tokens_by_draft(runtime, prompt, 24, ("model", "none"))
-    assert out_tokens["model"] == out_tokens["none"]
+    for backend in ("onnxruntime", "executorch"):
+        out_tokens = tokens_by_draft(Runtime(out, backend=backend), prompt, 24, ("model", "none"))
+        assert out_tokens["model"] == out_tokens["none"], backend
