@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from hyflash.runtime_py import ptekernels
+from hyflash.runtime_py.backends import load_quantized_kernels
 
 WARM, CALLS = 5, 20
 DTYPES = {"float32": torch.float32, "int64": torch.int64}
@@ -30,6 +31,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     ptekernels.load()  # the project's cache kernels, which the target's methods call
+    load_quantized_kernels()  # int4 vocabulary tables (--quantize-embeddings)
     from executorch.devtools import Inspector
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
