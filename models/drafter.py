@@ -282,11 +282,17 @@ class Drafter(nn.Module):
         if self.cfg.markov_rank:
             logits = logits + self.markov(prev)
         if copy is not None:
-            tokens, value = copy
-            index = self.head_index(tokens)  # a lookup token outside the draft vocabulary cannot be drafted:
-            value = torch.where(index >= 0, value, 0.0)  # its copy logit goes nowhere (its embedding still counts)
-            logits = logits.scatter_add(-1, index.clamp(min=0)[..., None], value[..., None].to(logits.dtype))
+            logits = self.add_copy_logits(logits, *copy)
         return logits
+
+    def add_copy_logits(self, logits, tokens, value):
+        """logits (..., N) + each lookup token's copy logit `value` (...) at its head index. A token outside the
+        draft vocabulary cannot be drafted: it adds 0.0 to its row's first logit, which leaves the row as it was
+        (its embedding still counts). Seven adds a draft, not a compare over the head (which cost ExecuTorch's
+        portable kernels ~2 ms a call on SmolLM2)."""
+        index = self.head_index(tokens)
+        value = torch.where(index >= 0, value, 0.0).to(logits.dtype)
+        return logits.scatter_add(-1, index.clamp(min=0)[..., None], value[..., None])
 
     def head_index(self, tokens: torch.Tensor) -> torch.Tensor:
         """Target ids -> their head indices (-1 for a token outside the draft vocabulary)."""
@@ -329,13 +335,8 @@ class Drafter(nn.Module):
         hn, conf = self.slot_states(h)
         base = self.project(hn)  # (1, 7, N)
         conf = conf[0] if conf is not None else None  # (7,)
-        if cfg.lookup_input:  # each slot's lookup token gains its copy logit where it is in the draft vocabulary:
-            # seven adds (a compare over the whole head costs ExecuTorch's portable kernels ~2 ms a call on
-            # SmolLM2); a token outside it adds 0.0 to its row's first logit, which leaves it as it was
-            copy = self.copy_logits(hn, lookup_match)  # (1, 7)
-            index = self.head_index(lookup_tokens)  # (7,), -1 outside the draft vocabulary
-            value = torch.where(index >= 0, copy[0], 0.0).to(base.dtype)
-            base = base.scatter_add(-1, index.clamp(min=0)[None, :, None], value[None, :, None])
+        if cfg.lookup_input:  # each slot's lookup token gains its copy logit
+            base = self.add_copy_logits(base, lookup_tokens[None], self.copy_logits(hn, lookup_match))  # (1, 7, N)
         # the Markov chain, unrolled: slot k's bias comes from slot k-1's token (the anchor for slot 1).
         # Kept 3-D, (1, 1, ·) per slot: five nodes a slot, and the bias a MatMul (int4 quantizes it)
         prev, tokens, logits = anchor_token[None], [], []  # prev: (1, 1)

@@ -1,6 +1,6 @@
 """Two exports' ONNX `draft_read` timed side by side: the same inputs (a lookup block with tokens inside and
 outside the draft vocabulary), their outputs compared bit for bit, then blocks of 20 calls each, interleaved
-8 times, 2 threads, onnxruntime's session options as the runtime sets them (no spinning). Median ms per call.
+8 times, 2 threads, the runtime's own session options. Median ms per call.
 
     .venv/bin/python research/smollm2-drafter/draft_read_ab.py OLD_EXPORT NEW_EXPORT --out results/X.json
 """
@@ -15,20 +15,19 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from hyflash.runtime_py.backends import ort_session_options
+
 LOOKUP = [12, 40000, 7, 999, 48000, 3, 25]  # SmolLM2 ids; some beyond the 16K draft vocabulary's
 
 
 def session(folder: Path) -> tuple[ort.InferenceSession, dict]:
     spec = json.loads((folder / "manifest.json").read_text())["graphs"]["draft_read"]
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = 2, 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     rng = np.random.default_rng(0)
     feeds = {t["name"]: (rng.integers(0, 100, t["shape"]) if t["dtype"] == "int64"
                          else 0.1 * rng.standard_normal(t["shape"])).astype(t["dtype"]) for t in spec["inputs"]}
     feeds["lookup_tokens"] = np.array(LOOKUP, dtype=np.int64)
     feeds["lookup_match"] = np.array([2], dtype=np.int64)
-    return ort.InferenceSession(str(folder / spec["onnx"]), opts, providers=["CPUExecutionProvider"]), feeds
+    return ort.InferenceSession(str(folder / spec["onnx"]), ort_session_options(ort, 2), providers=["CPUExecutionProvider"]), feeds
 
 
 def main() -> None:
