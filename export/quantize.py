@@ -121,7 +121,7 @@ def constants_equal_to(proto, arrays) -> dict:
 
 def rotations(proto) -> list[str]:
     """MatMul nodes whose constant weight is a signed permutation (every entry 0 or ±1, one nonzero
-    per column): RoPE's rotate-half (`models.target._half_turn`), exact in fp32, never quantized
+    per column): RoPE's rotate-half (`models.target.half_turn`), exact in fp32, never quantized
     (dynamic int8 would round the activations it rotates; MatMulNBits would only add a kernel)."""
     import numpy as np
     from onnx import numpy_helper

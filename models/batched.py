@@ -60,19 +60,18 @@ class _Batch:
         rows = torch.arange(start, start + n, device=self.device)
         if self.padded:  # each sequence's own positions; a query sees its row's real tokens up to itself
             pos = (rows[None, :] - self.pad[:, None]).clamp(min=0)  # (B, n)
-            cos, sin = model.rotary(pos.flatten())
-            cos, sin = cos.view(b, n, -1), sin.view(b, n, -1)
+            rope = model.rotary(pos.flatten()).map(lambda t: t.view(b, n, -1))
             keys = torch.arange(start + n, device=self.device)
             mask = (keys[None, None, :] <= rows[None, :, None]) & (keys[None, None, :] >= self.pad[:, None, None])
             mask = (mask | (keys[None, None, :] == rows[None, :, None]))[:, None]  # (B, 1, n, start + n); a pad
             # row sees itself only, so no row is all masked (its output is never read)
         else:
-            cos, sin = model.rotary(rows)
+            rope = model.rotary(rows)
             mask = None
         h = model.embed(x)
         feats = []
         for i, layer in enumerate(model.layers):
-            q, k, v = layer.project(h, cos, sin)  # q (B, heads, n, hd); k, v (B, kvh, n, hd)
+            q, k, v = layer.project(h, rope)  # q (B, heads, n, hd); k, v (B, kvh, n, hd)
             self.k[i, :, :, start:start + n] = k
             self.v[i, :, :, start:start + n] = v
             ks, vs = self.k[i, :, :, :start + n], self.v[i, :, :, :start + n]

@@ -17,7 +17,7 @@ from torch import nn
 
 from hyflash.models.lookup import MAX_NGRAM
 from hyflash.models.memory import GatedDeltaNet, Mamba2
-from hyflash.models.target import RMSNorm, Rotary, Target, apply_rotary, attention
+from hyflash.models.target import RMSNorm, Rope, Rotary, Target, apply_rotary, attention
 
 MEMORY_KINDS = ("mamba2", "gated_deltanet", "off")
 LOOKUP_WEIGHTS = ("lookup_embed", "copy_bias", "copy_gate.weight")  # the lookup input's own, all zero at first
@@ -152,18 +152,18 @@ class DrafterLayer(nn.Module):
         self.gate_up = nn.Linear(d, 2 * cfg.intermediate_size, bias=False)
         self.down = nn.Linear(cfg.intermediate_size, d, bias=False)
 
-    def kv_heads(self, x, cos, sin):
+    def kv_heads(self, x, rope: Rope):
         """x: (B, n, d) -> k, v: (B, kvh, n, hd), k rotated."""
         k, v = self.kv(x).chunk(2, dim=-1)
         k = k.unflatten(-1, (-1, self.cfg.head_dim)).transpose(1, 2)
         v = v.unflatten(-1, (-1, self.cfg.head_dim)).transpose(1, 2)
-        return apply_rotary(k, cos, sin), v
+        return apply_rotary(k, rope), v
 
-    def forward(self, h, cos, sin, k_ctx, v_ctx, ctx_mask, slot_mask, mem_read):
+    def forward(self, h, rope: Rope, k_ctx, v_ctx, ctx_mask, slot_mask, mem_read):
         """h: (B, S, d) slot states; k_ctx/v_ctx: (B|1, kvh, T, hd); mem_read(x) -> (B, S, d)."""
         x = self.norm(h)
-        q = apply_rotary(self.q(x).unflatten(-1, (-1, self.cfg.head_dim)).transpose(1, 2), cos, sin)
-        k, v = self.kv_heads(x, cos, sin)
+        q = apply_rotary(self.q(x).unflatten(-1, (-1, self.cfg.head_dim)).transpose(1, 2), rope)
+        k, v = self.kv_heads(x, rope)
         a = attention(q, k_ctx, v_ctx, k, v, ctx_mask, slot_mask)  # (B, heads, S, hd)
         h = h + self.o(a.transpose(1, 2).flatten(-2))
         if self.mem is not None:
@@ -323,7 +323,7 @@ class Drafter(nn.Module):
         cfg = self.cfg
         lookup = (lookup_tokens[None], lookup_match) if cfg.lookup_input else None
         h = self.slot_inputs(anchor_token, lookup)  # (1, S, d)
-        cos, sin = self.rotary(anchor_pos + torch.arange(cfg.slots))
+        rope = self.rotary(anchor_pos + torch.arange(cfg.slots))
         ctx_mask = (win_pos >= 0)[None, None, :].expand(1, cfg.slots, -1)  # (1, S, W)
         for i, layer in enumerate(self.layers):
             k_ctx = win_k[i][None]  # (1, kvh, W, hd): stored in the layout attention reads, no transpose
@@ -331,7 +331,7 @@ class Drafter(nn.Module):
             # every linear sees a 3-D input: exported as MatMul, which onnxruntime's int4 quantizer
             # handles (a 2-D input becomes Gemm, which MatMulNBitsQuantizer silently skips)
             read = (lambda x, i=i: layer.mem.read(ssm_state[i:i + 1], x)) if layer.mem is not None else None
-            h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
+            h = layer(h, rope, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
         hn, conf = self.slot_states(h)
         base = self.project(hn)  # (1, 7, N)
         conf = conf[0] if conf is not None else None  # (7,)
@@ -370,13 +370,13 @@ class Drafter(nn.Module):
         valid = torch.arange(n) < n_valid
         c = self.fused(torch.where(valid[:, None], features, 0.0))
         pos = torch.where(valid, positions, -1)
-        cos, sin = self.rotary(pos.clamp(min=0))
+        rope = self.rotary(pos.clamp(min=0))
         keep = torch.arange(w) + n_valid  # rows n_valid .. n_valid+W-1 of [window; new]
         cfg = self.cfg
         # every layer's K/V of the new rows, then one RoPE, one concat and one selection for all layers
         kv = torch.stack([layer.kv(c[None])[0] for layer in self.layers])  # (L, n, 2*kvh*hd)
         kv = kv.unflatten(-1, (2, cfg.kv_heads, cfg.head_dim)).permute(2, 0, 3, 1, 4)  # (2, L, kvh, n, hd)
-        k, v = apply_rotary(kv[0], cos, sin), kv[1]
+        k, v = apply_rotary(kv[0], rope), kv[1]
         return (torch.index_select(torch.cat([win_k, k], dim=2), 2, keep),
                 torch.index_select(torch.cat([win_v, v], dim=2), 2, keep),
                 torch.index_select(torch.cat([win_pos, pos]), 0, keep))
@@ -418,10 +418,9 @@ class Drafter(nn.Module):
         cfg = self.cfg
         t = max(1, int(anchors.max()))  # features 0..a-1 are all an anchor reads: none past the last
         c = self.fused(features[:t])  # (T, d)
-        cos_c, sin_c = self.rotary(torch.arange(t, device=features.device))
+        rope_c = self.rotary(torch.arange(t, device=features.device))
         slot_pos = anchors[:, None] + torch.arange(cfg.slots, device=features.device)  # (A, S)
-        cos, sin = self.rotary(slot_pos.flatten())
-        cos, sin = cos.unflatten(0, slot_pos.shape)[:, None], sin.unflatten(0, slot_pos.shape)[:, None]
+        rope = self.rotary(slot_pos.flatten()).map(lambda t: t.unflatten(0, slot_pos.shape)[:, None])
         if cfg.window == "full":
             pos = torch.arange(t, device=features.device)
             ctx_mask = (pos[None, :] < anchors[:, None])[:, None, :].expand(-1, cfg.slots, -1)  # (A, S, T)
@@ -433,7 +432,7 @@ class Drafter(nn.Module):
             window = window.clamp(min=0)
         h = self.slot_inputs(tokens[anchors], lookup)  # (A, S, d)
         for i, layer in enumerate(self.layers):
-            k_ctx, v_ctx = layer.kv_heads(c[None], cos_c, sin_c)  # (1, kvh, T, hd)
+            k_ctx, v_ctx = layer.kv_heads(c[None], rope_c)  # (1, kvh, T, hd)
             if window is not None:  # -> (A, kvh, W, hd)
                 k_ctx, v_ctx = k_ctx[0][:, window].transpose(0, 1), v_ctx[0][:, window].transpose(0, 1)
             read = None
@@ -441,7 +440,7 @@ class Drafter(nn.Module):
                 inputs = (mem_inputs[i] if mem_inputs is not None
                           else layer.mem.states_at(c, anchors, cfg.memory_history))
                 read = lambda x, inputs=inputs, mem=layer.mem: mem.read_many(inputs, x)  # noqa: E731
-            h = layer(h, cos, sin, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
+            h = layer(h, rope, k_ctx, v_ctx, ctx_mask, self.slot_mask[None], read)
         hn, conf = self.slot_states(h)
         if states_only:
             return hn, conf

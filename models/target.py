@@ -14,6 +14,8 @@ Both return `features`: the residual stream after each tap layer, concatenated (
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -36,18 +38,31 @@ class RMSNorm(nn.Module):
         return (y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
+class Rope(NamedTuple):
+    """RoPE at some positions: cos/sin (n, rot) and the rotate-half matrix they are applied with."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    turn: torch.Tensor
+
+    def map(self, fn) -> Rope:
+        """The angles reshaped by fn (the matrix as it is)."""
+        return Rope(fn(self.cos), fn(self.sin), self.turn)
+
+
 class Rotary(nn.Module):
     """cos/sin from absolute positions, computed in the graph (no position table to size)."""
 
     def __init__(self, inv_freq: list[float], scale: float = 1.0):
         super().__init__()
         self.register_buffer("inv_freq", torch.tensor(inv_freq, dtype=torch.float32), persistent=False)
+        self.register_buffer("turn", half_turn(2 * len(inv_freq)), persistent=False)
         self.scale = scale
 
-    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, positions: torch.Tensor) -> Rope:
         freqs = positions.float()[:, None] * self.inv_freq[None, :]  # (n, rot/2)
         emb = torch.cat([freqs, freqs], dim=-1)  # (n, rot)
-        return emb.cos() * self.scale, emb.sin() * self.scale
+        return Rope(emb.cos() * self.scale, emb.sin() * self.scale, self.turn)
 
 
 def to_fp16(module: nn.Module) -> nn.Module:
@@ -57,25 +72,25 @@ def to_fp16(module: nn.Module) -> nn.Module:
     return module._apply(lambda t: t.half() if t.is_floating_point() and id(t) not in keep else t)
 
 
-def _half_turn(rot: int, like: torch.Tensor) -> torch.Tensor:
+def half_turn(rot: int) -> torch.Tensor:
     """(rot, rot) R = [[0, I], [-I, 0]], so that x @ R = cat(-x[half:], x[:half]): rotate-half as one
-    exact MatMul (entries 0 and ±1) instead of slice, slice, neg, concat in every exported layer.
-    Built from constants each call (the export folds it into one initializer; a cached tensor would
-    be captured as a fake one while tracing)."""
-    eye = torch.eye(rot // 2, dtype=like.dtype, device=like.device)
+    exact MatMul (entries 0 and ±1) instead of slice, slice, neg, concat in every exported layer. A buffer
+    (`Rotary.turn`), so every export holds it as one constant weight: built in the graph from eye and cat,
+    ExecuTorch kept the construction and ran it with the product in portable kernels on every call."""
+    eye = torch.eye(rot // 2)
     zero = torch.zeros_like(eye)
     return torch.cat([torch.cat([zero, eye], 1), torch.cat([-eye, zero], 1)], 0)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (..., n, head_dim); cos/sin: (n, rot), or (n, 1, rot) for x (..., n, heads, head_dim).
+def apply_rotary(x: torch.Tensor, rope: Rope) -> torch.Tensor:
+    """x: (..., n, head_dim); rope's cos/sin: (n, rot), or (n, 1, rot) for x (..., n, heads, head_dim).
     Dims past `rot` pass through (partial rotary). Angles are computed in fp32 and applied in x's dtype."""
+    cos, sin, turn = (t.to(x.dtype) for t in rope)
     rot = cos.shape[-1]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     if rot == x.shape[-1]:
-        return x * cos + (x @ _half_turn(rot, x)) * sin
+        return x * cos + (x @ turn) * sin
     x_rot, x_pass = x[..., :rot], x[..., rot:]
-    out = x_rot * cos + (x_rot @ _half_turn(rot, x)) * sin
+    out = x_rot * cos + (x_rot @ turn) * sin
     return torch.cat([out, x_pass], dim=-1)
 
 
@@ -95,13 +110,13 @@ class Layer(nn.Module):
         self.gate_up = nn.Linear(h, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
         self.down = nn.Linear(cfg.intermediate_size, h, bias=cfg.mlp_bias)
 
-    def project(self, x, cos, sin):
+    def project(self, x, rope: Rope):
         """x: (B, n, H) -> q (B, heads, n, hd), k and v (B, kv_heads, n, hd), RoPE applied."""
-        q, k, v = self.project_rows(x, cos, sin)
+        q, k, v = self.project_rows(x, rope)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-    def project_rows(self, x, cos, sin):
-        """x: (B, n, H); cos/sin (n, rot), or (B, n, rot) when each sequence has its own positions ->
+    def project_rows(self, x, rope: Rope):
+        """x: (B, n, H); rope's cos/sin (n, rot), or (B, n, rot) when each sequence has its own positions ->
         q (B, n, heads, hd), k and v (B, n, kv_heads, hd), RoPE applied: the layout the in-place cache
         kernels take, with no transpose in the graph."""
         b, n, _ = x.shape
@@ -111,8 +126,8 @@ class Layer(nn.Module):
         if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         # (n, 1, rot), or (B, n, 1, rot) for per-sequence positions: one angle per row, for every head
-        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+        rope = rope.map(lambda t: t.unsqueeze(-2))
+        return apply_rotary(q, rope), apply_rotary(k, rope), v
 
     def finish(self, x, attn):
         """attn: (B, heads, n, hd) -> the layer's output (B, n, H)."""
@@ -149,9 +164,9 @@ def attention(q, k_ctx, v_ctx, k_new, v_new, ctx_mask, new_mask):
     return out.reshape(b, heads, n, hd)
 
 
-def _causal_layer(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def _causal_layer(layer, x: torch.Tensor, rope: Rope) -> torch.Tensor:
     """One decoder layer over whole rows (B, T, H), causal, no cache."""
-    q, k, v = layer.project(x, cos, sin)
+    q, k, v = layer.project(x, rope)
     return layer.finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
 
 
@@ -182,11 +197,11 @@ class Target(nn.Module):
     def trunk(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens: (B, T) -> the final normalised hidden states (B, T, H) (logits = lm_head of them),
         features (B, T, K*H): for a caller that needs logits at a few positions only."""
-        cos, sin = self.rotary(torch.arange(tokens.shape[1], device=tokens.device))
+        rope = self.rotary(torch.arange(tokens.shape[1], device=tokens.device))
         x = self.embed(tokens)
         feats = []
         for i, layer in enumerate(self.layers):
-            x = _causal_layer(layer, x, cos, sin)
+            x = _causal_layer(layer, x, rope)
             if i in self.taps:
                 feats.append(x)
         return self.norm(x), torch.cat(feats, dim=-1)
@@ -197,9 +212,9 @@ class Target(nn.Module):
         the target's full distribution at the cost of those layers alone)."""
         last = max(self.taps)  # trunk appends taps in layer order: the last tap is the last H columns
         x = features[..., -self.cfg.hidden_size:].to(self.norm.weight.dtype)
-        cos, sin = self.rotary(torch.arange(x.shape[1], device=x.device))
+        rope = self.rotary(torch.arange(x.shape[1], device=x.device))
         for layer in self.layers[last + 1:]:
-            x = _causal_layer(layer, x, cos, sin)
+            x = _causal_layer(layer, x, rope)
         return self.norm(x)
 
     def step(self, tokens, positions, n_valid, k_cache, v_cache):
@@ -211,7 +226,7 @@ class Target(nn.Module):
         """
         n = tokens.shape[0]
         t_max = k_cache.shape[2]
-        cos, sin = self.rotary(positions)
+        rope = self.rotary(positions)
         rows = torch.arange(n, device=tokens.device)
         cache_mask = (torch.arange(t_max, device=tokens.device) < positions[:1]).expand(n, t_max)
         # a row sees earlier valid rows of the block, and itself (so padding rows stay finite)
@@ -220,7 +235,7 @@ class Target(nn.Module):
         x = self.embed(tokens)[None]  # (1, n, H): a leading batch dim keeps linears as MatMul
         feats, k_out, v_out = [], [], []
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.project(x, cos, sin)  # (1, heads|kvh, n, hd)
+            q, k, v = layer.project(x, rope)  # (1, heads|kvh, n, hd)
             attn = attention(q, k_cache[i:i + 1], v_cache[i:i + 1], k, v, cache_mask[None], new_mask[None])
             x = layer.finish(x, attn)
             k_out.append(k[0])
@@ -238,11 +253,11 @@ class Target(nn.Module):
         (1, n, kvh, hd) with RoPE applied; attend returns (1, n, heads*hd).
         Returns logits (n, V) and features (n, K*H).
         """
-        cos, sin = self.rotary(positions)
+        rope = self.rotary(positions)
         x = self.embed(tokens)[None]  # (1, n, H): a leading batch dim keeps linears as MatMul
         feats = []
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.project_rows(x, cos, sin)
+            q, k, v = layer.project_rows(x, rope)
             x = layer.finish_rows(x, attend(i, q, k, v))
             if i in self.taps:
                 feats.append(x[0])
