@@ -6,6 +6,7 @@ Export workarounds live here, each with the problem it avoids.
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import tempfile
 import warnings
@@ -110,6 +111,34 @@ class OnnxWeights:
         self.blob.close()
 
 
+def splits_as_slices(program):
+    """In place: every split of a tensor into pieces (`split_with_sizes`, `chunk`) becomes one slice per piece.
+    XNNPACK has no split, so ExecuTorch ran each in its portable kernels between two XNNPACK partitions (the
+    fused QKV and gate/up projections of every layer, in every call); a slice joins its producer's partition.
+    The same values (a piece is a slice). On onnxruntime the split stays (its Slice nodes ran no faster)."""
+    graph = program.graph_module.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in (torch.ops.aten.split_with_sizes.default,
+                                                              torch.ops.aten.chunk.default):
+            continue
+        if any(user.target is not operator.getitem for user in node.users):
+            continue  # the pieces used as a list: left as it is
+        x, dim = node.args[0], (node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0))
+        sizes = [piece.shape[dim] for piece in node.meta["val"]]
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        for user in list(node.users):
+            i = user.args[1]
+            with graph.inserting_before(user):
+                piece = graph.call_function(torch.ops.aten.slice.Tensor, (x, dim, starts[i], starts[i] + sizes[i]))
+            piece.meta = dict(user.meta)
+            user.replace_all_uses_with(piece)
+            graph.erase_node(user)
+        graph.erase_node(node)
+    graph.lint()
+    program.graph_module.recompile()
+    return program
+
+
 def pte_drafter(drafter, quantize):
     """The drafter the .pte's methods are traced from: a draft vocabulary's head materialized, so the graph
     holds it as one constant weight (a static XNNPACK weight; without this its rows are gathered from the LM
@@ -152,7 +181,7 @@ def export_pte(specs: list[GraphSpec], target, drafter, path: Path, max_context:
             module = graph_module(spec, target, quantized_drafter)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            programs[spec.name] = torch.export.export(module, example_inputs(spec), strict=False)
+            programs[spec.name] = splits_as_slices(torch.export.export(module, example_inputs(spec), strict=False))
     with quiet_loggers("executorch"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # Inputs are not memory-planned: by default ExecuTorch copies every planned input into its

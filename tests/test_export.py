@@ -103,15 +103,18 @@ def test_pte_program_holds_both_models_and_each_table_once(both_formats, qwen3_d
     assert sum(b in forms for b in stored) == 2
 
 
-def test_pte_methods_leave_no_matrix_product_to_portable_kernels(both_formats):
+def test_pte_methods_leave_no_product_or_split_to_portable_kernels(both_formats):
     """Every product of every method runs in XNNPACK: RoPE's rotate-half matrix is one constant weight, not
-    built from eye (arange, eq, a cast) and multiplied by ExecuTorch's portable `mm` in each layer of each call."""
+    built from eye (arange, eq, a cast) and multiplied by ExecuTorch's portable `mm` in each layer of each call;
+    and the fused projections' outputs are sliced, not split (`export.lower.splits_as_slices`), so no portable
+    split cuts a layer's XNNPACK partition in two."""
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     pte = deserialize_pte_binary((both_formats / PTE_FILE).read_bytes())
     for plan in pte.program.execution_plan:
         portable = {op.name for op in plan.operators}
-        assert not portable & {"aten::mm", "aten::bmm", "aten::eq"}, (plan.name, portable)
+        assert not portable & {"aten::mm", "aten::bmm", "aten::eq", "aten::split_with_sizes_copy"}, (plan.name,
+                                                                                                portable)
 
 
 def test_a_draft_vocabulary_head_is_a_constant_of_the_pte_drafter(qwen3_dir, tmp_path):
