@@ -6,6 +6,7 @@ Export workarounds live here, each with the problem it avoids.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import operator
 import os
 import tempfile
@@ -125,7 +126,7 @@ def splits_as_slices(program):
             continue  # the pieces used as a list: left as it is
         x, dim = node.args[0], (node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0))
         sizes = [piece.shape[dim] for piece in node.meta["val"]]
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        starts = [0, *itertools.accumulate(sizes)]
         for user in list(node.users):
             i = user.args[1]
             with graph.inserting_before(user):

@@ -179,7 +179,7 @@ def load_target(folder: str | Path, taps: tuple[int, ...] | None = None) -> Targ
     model.load_state_dict(sd, strict=not cfg.tie_word_embeddings, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.embed.weight
-    model.rotary = Rotary(*rope_inv_freq(cfg))  # its buffer is not in the checkpoint: built here, not on meta
+    model.rotary = Rotary(*rope_inv_freq(cfg))  # its buffers are not in the checkpoint: built here, not on meta
     return model.eval()
 
 
