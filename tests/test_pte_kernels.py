@@ -229,8 +229,10 @@ def test_quantized_pair_equals_the_python_runtime(runner, reference_int4_pte):
     assert runtime.backend.kernels == "hyflash"
 
 
-ATTEND = """
+# a one-op program of the project's custom_sdpa: program(rows, heads, kv_heads, d, t) -> its loaded method
+ATTEND_OP = """
 import json
+import sys
 import numpy as np
 import torch
 from executorch.exir import to_edge_transform_and_lower
@@ -239,6 +241,7 @@ from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401  (torch
 from hyflash.runtime_py import ptekernels
 
 ptekernels.load()
+ptekernels.set_threads(2)
 from executorch.runtime import Runtime
 
 
@@ -250,13 +253,18 @@ class Attend(torch.nn.Module):
         return torch.ops.llama.custom_sdpa(q, k, v, s, None, 0, True)
 
 
+programs = []
+
+
 def program(rows, heads, kv_heads, d, t):
     args = (torch.zeros(1, rows, heads, d), torch.zeros(1, t, kv_heads, d), torch.zeros(1, t, kv_heads, d),
             torch.tensor(0))
     buffer = to_edge_transform_and_lower(torch.export.export(Attend(), args)).to_executorch().buffer
     programs.append(Runtime.get().load_program(buffer))  # a method needs its program alive
     return programs[-1].load_method("forward")
+"""
 
+ATTEND = ATTEND_OP + """
 
 def reference(q, k, v, start):  # float64, row i over keys 0..start+i
     q, k, v = (torch.from_numpy(x).double() for x in (q, k, v))
@@ -269,7 +277,7 @@ def reference(q, k, v, start):  # float64, row i over keys 0..start+i
     return out.numpy()
 
 
-rng, t, found, programs = np.random.default_rng(0), 77, [], []
+rng, t, found = np.random.default_rng(0), 77, []
 for heads, kv_heads, d in {shapes}:
     block, row = program(8, heads, kv_heads, d, t), program(1, heads, kv_heads, d, t)
     k, v = (rng.standard_normal((1, t, kv_heads, d)).astype(np.float32) for _ in range(2))
@@ -298,3 +306,46 @@ def test_custom_sdpa_rows_are_one_row_calls_and_attention(runner):
     assert len(found) == 3 * len(shapes)
     for case in found:
         assert case["rows_equal"] and case["error"] <= 2e-6, case
+
+
+OUTPUTS = ATTEND_OP + """
+rng, t, found = np.random.default_rng(1), 150, []
+for heads, kv_heads, d in {shapes}:
+    for rows in (1, 2, 8):
+        method = program(rows, heads, kv_heads, d, t)
+        k, v = (torch.from_numpy(rng.standard_normal((1, t, kv_heads, d)).astype(np.float32)) for _ in range(2))
+        for start in (0, 61, t - rows):
+            q = torch.from_numpy((3 * rng.standard_normal((1, rows, heads, d))).astype(np.float32))
+            found.append(method.execute([q, k, v, torch.tensor(start)])[0].numpy().copy())
+np.savez(sys.argv[1], *found)
+"""
+
+
+@pytest.mark.skipif(not (sys.platform == "linux" and os.uname().machine == "x86_64"), reason="x86-64 builds")
+def test_custom_sdpa_bits_do_not_depend_on_the_isa_or_the_bunching(runner, tmp_path):
+    """The kernels library picks its machine code when it loads (AVX-512 with a row's query heads three at a
+    time, AVX2 one at a time, ...). A second build fixed to AVX2 + FMA and one query at a time gives the very bits
+    of the library the runner links, at SmolLM2's shapes, a head size of 128 and one of 40, 1 to 8 rows: so an
+    export answers the same on either kind of x86-64 machine. (Where this CPU lacks AVX-512 both run AVX2.)"""
+    import executorch
+    import numpy as np
+
+    flags = open("/proc/cpuinfo").read()
+    if not all(f" {flag}" in flags for flag in ("avx2", "fma")):
+        pytest.skip("this CPU has no AVX2 + FMA")
+    build = tmp_path / "build"
+    subprocess.run(["cmake", "-S", str(ROOT / "runtime_cpp"), "-B", str(build),
+                    f"-DEXECUTORCH_ROOT={list(executorch.__path__)[0]}", "-DHYFLASH_ARCH=x86-64-v3",
+                    "-DCMAKE_CXX_FLAGS=-DHYFLASH_NO_CLONES -DHYFLASH_BUNCH=1"], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", str(build), "--target", "hyflash_kernels", "-j2"], check=True,
+                   capture_output=True)
+    script = OUTPUTS.format(shapes=[(9, 3, 64), (4, 2, 128), (4, 4, 40)])
+    found = {}
+    for name, library in (("linked", LIBRARY), ("avx2", build / "libhyflash_kernels.so")):
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path / f"{name}.npz")], capture_output=True,
+                             text=True, env={**os.environ, "HYFLASH_KERNELS_LIB": str(library)})
+        assert out.returncode == 0, out.stderr[-2000:]
+        found[name] = np.load(tmp_path / f"{name}.npz")
+    assert len(found["linked"].files) == 27
+    for key in found["linked"].files:
+        assert np.array_equal(found["linked"][key], found["avx2"][key]), key

@@ -38,18 +38,21 @@ bool fail(KernelRuntimeContext& ctx, const char* what) {
 }
 
 // custom_sdpa computes each query vector by the same sequence of operations whatever the call's row count, so
-// a row of an S-row call is bit for bit that row's one-row call. A task is one KV head and a block of rows: its
-// K and V rows are read once for all the queries that share them. Where the head size is a multiple of 8 the
-// work runs on 8-float vectors (attend_group):
+// a row of an S-row call is bit for bit that row's one-row call. A task is one KV head and a block of rows, and
+// one row's query heads go together: every K and V vector is read once for them. Where the head size is a
+// multiple of 8 the work runs on 8-float lanes (attend_group):
 //   scores   a query against 8 keys at a time: 8 lane-wise sums down the head dimension, then a fixed tree
 //            that adds each key's 8 lanes (lane_sums);
 //   softmax  the maximum, then exp by a polynomial (exp8: Cephes' range reduction and coefficients), whose
 //            8-lane partial sums are added by the same tree;
 //   output   the weighted V rows, summed key by key.
-// The ISA is chosen when the library loads (GCC's target_clones: AVX2 + FMA where the CPU has them, else the
-// baseline x86-64); one process, one machine code, so every call of a run rounds alike.
+// Two keys' lanes, or 16 floats of a V row, share one 16-float vector, and with AVX-512's 32 registers a row's
+// query heads go three at a time; each lane's arithmetic is the same either way, so neither the vector width nor
+// how many queries go together changes a bit. The ISA is chosen when the library loads (GCC's target_clones:
+// AVX-512, else AVX2 + FMA where the CPU has them, else the baseline x86-64); one process, one machine code, so
+// every call of a run rounds alike (and the AVX-512 and AVX2 builds round alike: both contract to FMA).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(HYFLASH_NO_CLONES)
-#define HYFLASH_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define HYFLASH_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define HYFLASH_CLONES
 #endif
@@ -58,9 +61,17 @@ bool fail(KernelRuntimeContext& ctx, const char* what) {
 constexpr int kLanes = 8;
 typedef float f8 __attribute__((vector_size(kLanes * sizeof(float))));
 typedef int32_t i8 __attribute__((vector_size(kLanes * sizeof(int32_t))));
+typedef float f8x2 __attribute__((vector_size(2 * kLanes * sizeof(float))));  // two f8 side by side
 
 HYFLASH_INLINE f8 load8(const float* p) { f8 v; std::memcpy(&v, p, sizeof v); return v; }
 HYFLASH_INLINE void store8(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
+HYFLASH_INLINE f8x2 load16(const float* p) { f8x2 v; std::memcpy(&v, p, sizeof v); return v; }
+HYFLASH_INLINE void store16(float* p, f8x2 v) { std::memcpy(p, &v, sizeof v); }
+HYFLASH_INLINE f8x2 join(f8 lo, f8 hi) {
+  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+HYFLASH_INLINE f8 low(f8x2 x) { return __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7); }
+HYFLASH_INLINE f8 high(f8x2 x) { return __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15); }
 HYFLASH_INLINE f8 splat(float x) { return f8{} + x; }
 HYFLASH_INLINE f8 vmax(f8 a, f8 b) { return a > b ? a : b; }
 
@@ -141,42 +152,107 @@ HYFLASH_INLINE void weighted8_any(const float* p, int64_t j0, int64_t j1, const 
   for (int64_t x = d / (4 * kLanes) * (4 * kLanes); x < d; x += kLanes) weighted8<1>(p, j0, j1, v + x, stride, out + x);
 }
 
-constexpr int64_t kTile = 64;  // keys whose V rows are summed into every query before the next ones
-
-// The nq queries of one KV head (already scaled; query i attends to keys 0..keys[i]-1, keys[] ascending; d a
-// multiple of 8), with its K and V rows `stride` floats apart: every K and V row is read once for all of them,
-// and each query's arithmetic is what it would be alone: its scores 8 keys at a time (lane r of a block is key
-// r's, added by lane_sums; rows past the last key read `zeros`), its softmax, its V rows summed key by key
-// (64 keys at a time, the sums kept in `out` between tiles: stored and reloaded exactly). `score` holds nq
-// rows of `span` floats (the last query's keys rounded up to 8).
-HYFLASH_CLONES void attend_group(const float* q, int64_t nq, const int64_t* keys, const float* k, const float* v,
-                                 int64_t stride, int64_t d, const float* zeros, float* score, int64_t span,
-                                 float* const* out) {
-  const int64_t most = keys[nq - 1];
-  for (int64_t j0 = 0; j0 < most; j0 += kLanes) {
-    const float* rows[kLanes];
-    for (int r = 0; r < kLanes; ++r) rows[r] = j0 + r < most ? k + (j0 + r) * stride : zeros;
-    for (int64_t i = 0; i < nq; ++i) {
-      if (j0 >= keys[i]) continue;
-      const float* qi = q + i * d;
-      f8 acc[kLanes] = {};
-      for (int64_t x = 0; x < d; x += kLanes) {
-        const f8 qx = load8(qi + x);
-        for (int r = 0; r < kLanes; ++r) acc[r] += qx * load8(rows[r] + x);
-      }
-      store8(score + i * span + j0, lane_sums(acc));
+// Scores of B queries q[0..B) against the 8 keys `rows` (their entries j0..j0+8 of dst[b]): lane r of a key
+// block is key r's sum down the head dimension, added by lane_sums. Each K vector is loaded once for the B
+// queries; a query's lanes take the same operations for any B.
+template <int B>
+HYFLASH_INLINE void scores8(const float* const* q, const float* const* rows, int64_t d, float* const* dst) {
+  f8x2 acc[B][kLanes / 2] = {};  // keys 2m and 2m + 1 side by side
+  for (int64_t x = 0; x < d; x += kLanes) {
+    f8x2 qx[B];
+    for (int b = 0; b < B; ++b) {
+      const f8 q8 = load8(q[b] + x);
+      qx[b] = join(q8, q8);
+    }
+    for (int m = 0; m < kLanes / 2; ++m) {
+      const f8x2 kx = join(load8(rows[2 * m] + x), load8(rows[2 * m + 1] + x));
+      for (int b = 0; b < B; ++b) acc[b][m] += qx[b] * kx;
     }
   }
-  for (int64_t i = 0; i < nq; ++i) softmax8(score + i * span, keys[i]);
-  for (int64_t j0 = 0; j0 < most; j0 += kTile)
-    for (int64_t i = 0; i < nq; ++i) {
-      const int64_t j1 = std::min(j0 + kTile, keys[i]);
-      if (j1 <= j0) continue;
-      const float* p = score + i * span;
-      if (d == 64) weighted8<8>(p, j0, j1, v, stride, out[i]);
-      else if (d == 128) weighted8<16>(p, j0, j1, v, stride, out[i]);
-      else weighted8_any(p, j0, j1, v, stride, d, out[i]);
+  for (int b = 0; b < B; ++b) {
+    f8 lanes[kLanes];
+    for (int m = 0; m < kLanes / 2; ++m) lanes[2 * m] = low(acc[b][m]), lanes[2 * m + 1] = high(acc[b][m]);
+    store8(dst[b], lane_sums(lanes));
+  }
+}
+
+// out[b][0..C*16) += sum over j in [j0, j1) of p[b][j] * v_j for B queries with the same keys: each V vector
+// loaded once for the B of them, each query's sums key by key as weighted8's
+template <int B, int64_t C>
+HYFLASH_INLINE void weighted16(const float* const* p, int64_t j0, int64_t j1, const float* v, int64_t stride,
+                               float* const* out) {
+  f8x2 o[B][C];
+  for (int b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c) o[b][c] = j0 == 0 ? f8x2{} : load16(out[b] + c * 2 * kLanes);
+  for (int64_t j = j0; j < j1; ++j) {
+    f8x2 pj[B];
+    for (int b = 0; b < B; ++b) pj[b] = f8x2{} + p[b][j];
+    const float* row = v + j * stride;
+    for (int64_t c = 0; c < C; ++c) {
+      const f8x2 vx = load16(row + c * 2 * kLanes);
+      for (int b = 0; b < B; ++b) o[b][c] += pj[b] * vx;
     }
+  }
+  for (int b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c) store16(out[b] + c * 2 * kLanes, o[b][c]);
+}
+
+// The queries [i, i + B) of attend_group, which attend to the same keys: scores, softmax, output
+template <int B>
+HYFLASH_INLINE void attend_bunch(const float* q, int64_t keys, const float* k, const float* v, int64_t stride,
+                                 int64_t d, const float* zeros, float* score, int64_t span, float* const* out) {
+  const float* qs[B];
+  float* ps[B];
+  for (int b = 0; b < B; ++b) qs[b] = q + b * d, ps[b] = score + b * span;
+  for (int64_t j0 = 0; j0 < keys; j0 += kLanes) {
+    const float* rows[kLanes];
+    float* dst[B];
+    for (int r = 0; r < kLanes; ++r) rows[r] = j0 + r < keys ? k + (j0 + r) * stride : zeros;
+    for (int b = 0; b < B; ++b) dst[b] = ps[b] + j0;
+    scores8<B>(qs, rows, d, dst);
+  }
+  for (int b = 0; b < B; ++b) softmax8(ps[b], keys);
+  if (d == 64) {
+    weighted16<B, 4>(ps, 0, keys, v, stride, out);
+  } else if (d == 128) {
+    weighted16<B, 8>(ps, 0, keys, v, stride, out);
+  } else {
+    for (int b = 0; b < B; ++b) weighted8_any(ps[b], 0, keys, v, stride, d, out[b]);
+  }
+}
+
+// The nq queries of one KV head (already scaled; query i attends to keys 0..keys[i]-1, keys[] ascending; d a
+// multiple of 8), with its K and V rows `stride` floats apart: each query's arithmetic is what it would be alone
+// (its scores 8 keys at a time, rows past the last key read `zeros`; its softmax; its V rows summed key by key).
+// Queries with the same keys (one row's query heads) go `bunch` at a time, every K and V vector read once for
+// them: 3 where the CPU has AVX-512's 32 vector registers, else 1. `score` holds nq rows of `span` floats (the
+// last query's keys rounded up to 8).
+HYFLASH_CLONES void attend_group(const float* q, int64_t nq, const int64_t* keys, const float* k, const float* v,
+                                 int64_t stride, int64_t d, const float* zeros, float* score, int64_t span,
+                                 float* const* out, int bunch) {
+  for (int64_t i = 0; i < nq;) {
+    int64_t n = 1;
+    while (n < bunch && i + n < nq && keys[i + n] == keys[i]) ++n;
+    const float* qi = q + i * d;
+    float* si = score + i * span;
+    if (n == 3) attend_bunch<3>(qi, keys[i], k, v, stride, d, zeros, si, span, out + i);
+    else if (n == 2) attend_bunch<2>(qi, keys[i], k, v, stride, d, zeros, si, span, out + i);
+    else attend_bunch<1>(qi, keys[i], k, v, stride, d, zeros, si, span, out + i);
+    i += n;
+  }
+}
+
+// 3 on x86-64 CPUs with AVX-512 (attend_group's bunches), else 1; a build may fix it (-DHYFLASH_BUNCH=N: the
+// tests check that it changes no bit)
+int bunch_size() {
+#if defined(HYFLASH_BUNCH)
+  return HYFLASH_BUNCH;
+#elif defined(__x86_64__) && defined(__GNUC__)
+  static const int size = __builtin_cpu_supports("avx512f") ? 3 : 1;
+  return size;
+#else
+  return 1;
+#endif
 }
 
 // The same for any d, one float at a time (head sizes that are not a multiple of 8)
@@ -233,6 +309,7 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
   const int64_t heads = b * hkv, want = 2 * std::max<int64_t>(1, executorch::extension::get_thread_count());
   const int64_t per = std::max<int64_t>(1, std::min((s * heads + want - 1) / want, std::max<int64_t>(1, 24 / group)));
   const int64_t blocks = (s + per - 1) / per;
+  const int bunch = bunch_size();
   executorch::extension::parallel_for(0, heads * blocks, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch;
     thread_local std::vector<int64_t> keys;
@@ -255,7 +332,7 @@ Tensor& custom_sdpa_out(KernelRuntimeContext& ctx, const Tensor& q, const Tensor
         outs[i] = op + at;
       }
       if (vectors) {
-        attend_group(query, nq, keys.data(), kh, vh, stride, d, zeros, score, span, outs.data());
+        attend_group(query, nq, keys.data(), kh, vh, stride, d, zeros, score, span, outs.data(), bunch);
       } else {
         for (int64_t i = 0; i < nq; ++i) attend_scalar(query + i * d, kh, vh, stride, keys[i], d, score, outs[i]);
       }
