@@ -176,15 +176,12 @@ HYFLASH_INLINE void scores8(const float* const* q, const float* const* rows, int
   }
 }
 
-// out[b][0..C*16) += sum over j in [j0, j1) of p[b][j] * v_j for B queries with the same keys: each V vector
-// loaded once for the B of them, each query's sums key by key as weighted8's
+// out[b][0..C*16) = sum over j < keys of p[b][j] * v_j for B queries with the same keys: each V vector loaded
+// once for the B of them, each query's sums key by key as weighted8's
 template <int B, int64_t C>
-HYFLASH_INLINE void weighted16(const float* const* p, int64_t j0, int64_t j1, const float* v, int64_t stride,
-                               float* const* out) {
-  f8x2 o[B][C];
-  for (int b = 0; b < B; ++b)
-    for (int64_t c = 0; c < C; ++c) o[b][c] = j0 == 0 ? f8x2{} : load16(out[b] + c * 2 * kLanes);
-  for (int64_t j = j0; j < j1; ++j) {
+HYFLASH_INLINE void weighted16(const float* const* p, int64_t keys, const float* v, int64_t stride, float* const* out) {
+  f8x2 o[B][C] = {};
+  for (int64_t j = 0; j < keys; ++j) {
     f8x2 pj[B];
     for (int b = 0; b < B; ++b) pj[b] = f8x2{} + p[b][j];
     const float* row = v + j * stride;
@@ -213,9 +210,9 @@ HYFLASH_INLINE void attend_bunch(const float* q, int64_t keys, const float* k, c
   }
   for (int b = 0; b < B; ++b) softmax8(ps[b], keys);
   if (d == 64) {
-    weighted16<B, 4>(ps, 0, keys, v, stride, out);
+    weighted16<B, 4>(ps, keys, v, stride, out);
   } else if (d == 128) {
-    weighted16<B, 8>(ps, 0, keys, v, stride, out);
+    weighted16<B, 8>(ps, keys, v, stride, out);
   } else {
     for (int b = 0; b < B; ++b) weighted8_any(ps[b], 0, keys, v, stride, d, out[b]);
   }
