@@ -330,7 +330,7 @@ def test_custom_sdpa_bits_do_not_depend_on_the_isa_or_the_bunching(runner, tmp_p
     import executorch
     import numpy as np
 
-    flags = open("/proc/cpuinfo").read()
+    flags = Path("/proc/cpuinfo").read_text()
     if not all(f" {flag}" in flags for flag in ("avx2", "fma")):
         pytest.skip("this CPU has no AVX2 + FMA")
     build = tmp_path / "build"

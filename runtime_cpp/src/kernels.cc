@@ -133,12 +133,11 @@ HYFLASH_INLINE void softmax8(float* p, int64_t keys) {
   for (int64_t j = 0; j < padded; j += kLanes) store8(p + j, load8(p + j) * inv);
 }
 
-// out[0..C*8) += sum over j in [j0, j1) of p[j] * v_j, key by key in registers (out holds the keys before j0)
+// out[0..C*8) = sum over j < keys of p[j] * v_j, key by key in registers
 template <int64_t C>
-HYFLASH_INLINE void weighted8(const float* p, int64_t j0, int64_t j1, const float* v, int64_t stride, float* out) {
-  f8 o[C];
-  for (int64_t c = 0; c < C; ++c) o[c] = j0 == 0 ? f8{} : load8(out + c * kLanes);
-  for (int64_t j = j0; j < j1; ++j) {
+HYFLASH_INLINE void weighted8(const float* p, int64_t keys, const float* v, int64_t stride, float* out) {
+  f8 o[C] = {};
+  for (int64_t j = 0; j < keys; ++j) {
     const f8 pj = splat(p[j]);
     const float* row = v + j * stride;
     for (int64_t c = 0; c < C; ++c) o[c] += pj * load8(row + c * kLanes);
@@ -146,10 +145,9 @@ HYFLASH_INLINE void weighted8(const float* p, int64_t j0, int64_t j1, const floa
   for (int64_t c = 0; c < C; ++c) store8(out + c * kLanes, o[c]);
 }
 
-HYFLASH_INLINE void weighted8_any(const float* p, int64_t j0, int64_t j1, const float* v, int64_t stride, int64_t d,
-                                  float* out) {
-  for (int64_t x = 0; x + 4 * kLanes <= d; x += 4 * kLanes) weighted8<4>(p, j0, j1, v + x, stride, out + x);
-  for (int64_t x = d / (4 * kLanes) * (4 * kLanes); x < d; x += kLanes) weighted8<1>(p, j0, j1, v + x, stride, out + x);
+HYFLASH_INLINE void weighted8_any(const float* p, int64_t keys, const float* v, int64_t stride, int64_t d, float* out) {
+  for (int64_t x = 0; x + 4 * kLanes <= d; x += 4 * kLanes) weighted8<4>(p, keys, v + x, stride, out + x);
+  for (int64_t x = d / (4 * kLanes) * (4 * kLanes); x < d; x += kLanes) weighted8<1>(p, keys, v + x, stride, out + x);
 }
 
 // Scores of B queries q[0..B) against the 8 keys `rows` (their entries j0..j0+8 of dst[b]): lane r of a key
@@ -214,7 +212,7 @@ HYFLASH_INLINE void attend_bunch(const float* q, int64_t keys, const float* k, c
   } else if (d == 128) {
     weighted16<B, 8>(ps, keys, v, stride, out);
   } else {
-    for (int b = 0; b < B; ++b) weighted8_any(ps[b], 0, keys, v, stride, d, out[b]);
+    for (int b = 0; b < B; ++b) weighted8_any(ps[b], keys, v, stride, d, out[b]);
   }
 }
 
